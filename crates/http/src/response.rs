@@ -1,0 +1,173 @@
+//! Status codes and the response head writer.
+
+/// The statuses the server sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    Ok,
+    NoContent,
+    PartialContent,
+    MovedPermanently,
+    NotModified,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    RequestTimeout,
+    PreconditionFailed,
+    ContentTooLarge,
+    UriTooLong,
+    RangeNotSatisfiable,
+    HeaderFieldsTooLarge,
+    InternalServerError,
+    ServiceUnavailable,
+    VersionNotSupported,
+}
+
+impl Status {
+    pub fn code(self) -> u16 {
+        match self {
+            Status::Ok => 200,
+            Status::NoContent => 204,
+            Status::PartialContent => 206,
+            Status::MovedPermanently => 301,
+            Status::NotModified => 304,
+            Status::BadRequest => 400,
+            Status::Forbidden => 403,
+            Status::NotFound => 404,
+            Status::MethodNotAllowed => 405,
+            Status::RequestTimeout => 408,
+            Status::PreconditionFailed => 412,
+            Status::ContentTooLarge => 413,
+            Status::UriTooLong => 414,
+            Status::RangeNotSatisfiable => 416,
+            Status::HeaderFieldsTooLarge => 431,
+            Status::InternalServerError => 500,
+            Status::ServiceUnavailable => 503,
+            Status::VersionNotSupported => 505,
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::NoContent => "No Content",
+            Status::PartialContent => "Partial Content",
+            Status::MovedPermanently => "Moved Permanently",
+            Status::NotModified => "Not Modified",
+            Status::BadRequest => "Bad Request",
+            Status::Forbidden => "Forbidden",
+            Status::NotFound => "Not Found",
+            Status::MethodNotAllowed => "Method Not Allowed",
+            Status::RequestTimeout => "Request Timeout",
+            Status::PreconditionFailed => "Precondition Failed",
+            Status::ContentTooLarge => "Content Too Large",
+            Status::UriTooLong => "URI Too Long",
+            Status::RangeNotSatisfiable => "Range Not Satisfiable",
+            Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
+            Status::InternalServerError => "Internal Server Error",
+            Status::ServiceUnavailable => "Service Unavailable",
+            Status::VersionNotSupported => "HTTP Version Not Supported",
+        }
+    }
+
+    /// Whether a response with this status never has a body (RFC 9110 section 6.4.1).
+    pub fn is_bodiless(self) -> bool {
+        matches!(self, Status::NoContent | Status::NotModified)
+    }
+}
+
+/// Writes a response head into a reusable buffer. The server always answers as
+/// HTTP/1.1, which RFC 9110 section 6.2 asks of a 1.1 server talking to 1.0 clients too.
+pub struct HeadWriter<'a> {
+    buf: &'a mut Vec<u8>,
+}
+
+impl<'a> HeadWriter<'a> {
+    /// Clears `buf` and writes the status line.
+    pub fn new(buf: &'a mut Vec<u8>, status: Status) -> Self {
+        buf.clear();
+        buf.extend_from_slice(b"HTTP/1.1 ");
+        let mut code = itoa::Buffer::new();
+        buf.extend_from_slice(code.format(status.code()).as_bytes());
+        buf.push(b' ');
+        buf.extend_from_slice(status.reason().as_bytes());
+        buf.extend_from_slice(b"\r\n");
+        HeadWriter { buf }
+    }
+
+    /// Adds a field. Values come from the server and its configuration, which were
+    /// checked not to contain CR or LF.
+    pub fn field(&mut self, name: &str, value: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.extend_from_slice(b": ");
+        self.buf.extend_from_slice(value);
+        self.buf.extend_from_slice(b"\r\n");
+        self
+    }
+
+    pub fn field_u64(&mut self, name: &str, value: u64) -> &mut Self {
+        let mut n = itoa::Buffer::new();
+        self.field(name, n.format(value).as_bytes())
+    }
+
+    /// `Content-Range: bytes first-last/len`.
+    pub fn content_range(&mut self, first: u64, last: u64, len: u64) -> &mut Self {
+        self.buf.extend_from_slice(b"Content-Range: ");
+        write_range_value(self.buf, first, last, len);
+        self.buf.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends fields that were rendered ahead of time (`Name: value\r\n` lines).
+    pub fn rendered(&mut self, fields: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(fields);
+        self
+    }
+
+    /// Ends the head with the empty line.
+    pub fn finish(&mut self) {
+        self.buf.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `bytes first-last/len`, the value of Content-Range.
+pub(crate) fn write_range_value(buf: &mut Vec<u8>, first: u64, last: u64, len: u64) {
+    let mut n = itoa::Buffer::new();
+    buf.extend_from_slice(b"bytes ");
+    buf.extend_from_slice(n.format(first).as_bytes());
+    buf.push(b'-');
+    buf.extend_from_slice(n.format(last).as_bytes());
+    buf.push(b'/');
+    buf.extend_from_slice(n.format(len).as_bytes());
+}
+
+/// Whether a configured field value is safe to send (no CR, LF or other controls
+/// except HTAB).
+pub fn is_valid_field_value(v: &str) -> bool {
+    v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_a_head() {
+        let mut buf = Vec::new();
+        HeadWriter::new(&mut buf, Status::PartialContent)
+            .field("Content-Type", b"video/mp4")
+            .field_u64("Content-Length", 10)
+            .content_range(0, 9, 100)
+            .finish();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "HTTP/1.1 206 Partial Content\r\nContent-Type: video/mp4\r\nContent-Length: 10\r\nContent-Range: bytes 0-9/100\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn field_values() {
+        assert!(is_valid_field_value("public, max-age=60"));
+        assert!(!is_valid_field_value("a\r\nSet-Cookie: x"));
+    }
+}
