@@ -1,0 +1,433 @@
+//! Configuration: the TOML file, command-line overrides, and validation.
+//!
+//! Every key is documented in docs/CONFIG.md. Loading is all-or-nothing: an unknown
+//! key, a value of the wrong type or out of range fails with an error that names the
+//! file, the key and the problem, and the server does not start (or, on reload, keeps
+//! running with its previous configuration).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// An invalid configuration: where, which key, what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// The file, or None for the command line.
+    pub file: Option<PathBuf>,
+    pub key: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(file) if self.key.is_empty() => write!(f, "config file {}: {}", file.display(), self.problem),
+            Some(file) => write!(f, "config file {}: key `{}`: {}", file.display(), self.key, self.problem),
+            None => write!(f, "command line: {}: {}", self.key, self.problem),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The directory whose files are served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// Addresses to listen on (plain HTTP).
+    pub listen: Vec<SocketAddr>,
+    /// Worker threads; 0 means one per CPU the process may run on.
+    pub workers: usize,
+    /// File names tried, in order, when a directory is requested.
+    pub index: Vec<String>,
+    /// Follow symlinks whose target lies outside the root.
+    pub follow_symlinks_outside_root: bool,
+    /// Value of the Server field; empty to omit it.
+    pub server_header: String,
+    /// Value of Cache-Control on file responses; empty to omit it.
+    pub cache_control: String,
+    /// Access-Control-Allow-Origin: empty (no CORS), `*`, or one origin.
+    pub cors_allow_origin: String,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub open_file_cache: OpenFileCache,
+    pub log: Log,
+    /// Extra or overriding media types by file extension.
+    pub mime: BTreeMap<String, String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: None,
+            listen: vec!["127.0.0.1:8080".parse().expect("valid default address")],
+            workers: 0,
+            index: vec!["index.html".into()],
+            follow_symlinks_outside_root: false,
+            server_header: "linerate".into(),
+            cache_control: String::new(),
+            cors_allow_origin: String::new(),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+            open_file_cache: OpenFileCache::default(),
+            log: Log::default(),
+            mime: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_head_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_headers: usize,
+    /// Request bodies up to this size are read and discarded; larger ones get 413.
+    pub max_request_body_bytes: u64,
+    /// Range-specs per request; more are ignored (whole file). 0 disables ranges.
+    pub max_ranges: usize,
+    /// 0 = derived from the open-file limit.
+    pub max_connections_per_worker: usize,
+    /// 0 = unlimited.
+    pub max_requests_per_connection: u64,
+    pub listen_backlog: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 16 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_headers: 100,
+            max_request_body_bytes: 64 * 1024,
+            max_ranges: 16,
+            max_connections_per_worker: 0,
+            max_requests_per_connection: 10_000,
+            listen_backlog: 4096,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// From a request's first byte (or the connection's accept) to its complete head.
+    #[serde(with = "humantime_serde")]
+    pub header: Duration,
+    /// Idle time allowed between requests on a keep-alive connection.
+    #[serde(with = "humantime_serde")]
+    pub keepalive: Duration,
+    /// Longest wait for the client to accept more response bytes.
+    #[serde(with = "humantime_serde")]
+    pub send: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight responses may take to finish.
+    #[serde(with = "humantime_serde")]
+    pub drain: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            keepalive: Duration::from_secs(60),
+            send: Duration::from_secs(60),
+            drain: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenFileCache {
+    /// Open files kept per worker (0 disables the cache).
+    pub entries: usize,
+    /// How long a cached file is trusted without checking its path again.
+    #[serde(with = "humantime_serde")]
+    pub valid: Duration,
+}
+
+impl Default for OpenFileCache {
+    fn default() -> Self {
+        OpenFileCache { entries: 1024, valid: Duration::ZERO }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// A tracing filter: `info`, `debug`, `linerate=debug,warn`...
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+/// Values given on the command line; each replaces the file's value.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub root: Option<PathBuf>,
+    pub listen: Vec<SocketAddr>,
+    pub workers: Option<usize>,
+    pub log_level: Option<String>,
+}
+
+impl Config {
+    /// Reads and parses a config file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_owned()),
+            key: String::new(),
+            problem: format!("cannot read: {e}"),
+        })?;
+        Config::from_toml(&text).map_err(|(key, problem)| ConfigError { file: Some(path.to_owned()), key, problem })
+    }
+
+    /// Parses TOML text; the error gives the key path and the problem.
+    pub fn from_toml(text: &str) -> Result<Config, (String, String)> {
+        let de = toml::Deserializer::parse(text).map_err(|e| (String::new(), one_line(&e.to_string())))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let key = if key == "." { String::new() } else { key };
+            (key, one_line(&e.into_inner().to_string()))
+        })
+    }
+
+    /// Loads the file (if any), applies command-line overrides and validates the result.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut config = match file {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(root) = &overrides.root {
+            config.root = Some(root.clone());
+        }
+        if !overrides.listen.is_empty() {
+            config.listen = overrides.listen.clone();
+        }
+        if let Some(workers) = overrides.workers {
+            config.workers = workers;
+        }
+        if let Some(level) = &overrides.log_level {
+            config.log.level = level.clone();
+        }
+        config.validate().map_err(|(key, problem)| ConfigError { file: file.map(Path::to_owned), key, problem })?;
+        Ok(config)
+    }
+
+    /// Checks every value; returns the first bad key and why.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        fn bad<T>(key: &str, problem: impl Into<String>) -> Result<T, (String, String)> {
+            Err((key.to_owned(), problem.into()))
+        }
+        fn range<T: PartialOrd + fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<(), (String, String)> {
+            if v < lo || v > hi {
+                return bad(key, format!("{v} is out of range; must be between {lo} and {hi}"));
+            }
+            Ok(())
+        }
+        match &self.root {
+            None => {
+                return bad("root", "no content root: set `root` in the config file or pass --root DIR (or --demo)")
+            }
+            Some(root) if !root.is_dir() => {
+                return bad("root", format!("{} is not a readable directory", root.display()))
+            }
+            Some(_) => {}
+        }
+        if self.listen.is_empty() {
+            return bad("listen", "at least one address is needed");
+        }
+        for (i, a) in self.listen.iter().enumerate() {
+            if self.listen[..i].contains(a) {
+                return bad("listen", format!("{a} is listed twice"));
+            }
+        }
+        range("workers", self.workers, 0, 1024)?;
+        if self.index.iter().any(|n| n.is_empty() || n.contains('/') || n == "." || n == "..") {
+            return bad("index", "entries must be plain file names");
+        }
+        for (key, value) in [
+            ("server_header", &self.server_header),
+            ("cache_control", &self.cache_control),
+            ("cors_allow_origin", &self.cors_allow_origin),
+        ] {
+            if !linerate_http::response::is_valid_field_value(value) {
+                return bad(key, "contains control characters (CR, LF...)");
+            }
+        }
+        for (ext, ty) in &self.mime {
+            let key = format!("mime.{ext}");
+            if ext.is_empty() || ext.contains(['.', '/']) {
+                return bad(&key, "extensions are written without a dot, e.g. `mp4`");
+            }
+            if ty.is_empty() || !ty.contains('/') || !linerate_http::response::is_valid_field_value(ty) {
+                return bad(&key, format!("{ty:?} is not a media type like `video/mp4`"));
+            }
+        }
+        let l = &self.limits;
+        range("limits.max_head_bytes", l.max_head_bytes, 1024, 1024 * 1024)?;
+        range("limits.max_uri_bytes", l.max_uri_bytes, 64, l.max_head_bytes)?;
+        range("limits.max_headers", l.max_headers, 1, linerate_http::request::MAX_HEADERS_CAP)?;
+        range("limits.max_ranges", l.max_ranges, 0, 64)?;
+        range("limits.max_connections_per_worker", l.max_connections_per_worker, 0, 1 << 20)?;
+        range("limits.listen_backlog", l.listen_backlog, 1, 1 << 20)?;
+        let t = &self.timeouts;
+        for (key, d) in [("timeouts.header", t.header), ("timeouts.keepalive", t.keepalive), ("timeouts.send", t.send)]
+        {
+            if d.is_zero() {
+                return bad(key, "must be longer than 0s");
+            }
+        }
+        if tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err() {
+            return bad(
+                "log.level",
+                format!("{:?} is not a log filter like `info` or `linerate=debug`", self.log.level),
+            );
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML (for `--check-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print configuration: {e}\n"))
+    }
+}
+
+/// toml's messages carry a multi-line source excerpt; keep the first line, which
+/// states the problem (the key is reported separately).
+fn one_line(msg: &str) -> String {
+    let lines: Vec<&str> = msg.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    // "TOML parse error at line 3, column 1" followed by the excerpt and the message.
+    match lines.as_slice() {
+        [first, .., last] if first.starts_with("TOML parse error") => {
+            format!("{last} ({})", first.trim_start_matches("TOML parse error "))
+        }
+        _ => lines.join(" "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err_of(toml: &str) -> (String, String) {
+        Config::from_toml(toml).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let c = Config { root: Some("/srv".into()), ..Config::default() };
+        let text = c.to_toml();
+        assert_eq!(Config::from_toml(&text).unwrap(), c, "{text}");
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = Config::from_toml(
+            r#"
+            root = "/srv/media"
+            listen = ["0.0.0.0:80", "[::]:80"]
+            workers = 4
+            cache_control = "public, max-age=86400"
+            cors_allow_origin = "*"
+            [limits]
+            max_ranges = 4
+            [timeouts]
+            send = "2m"
+            [mime]
+            mp4 = "video/mp4"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.listen.len(), 2);
+        assert_eq!(c.timeouts.send, Duration::from_secs(120));
+        assert_eq!(c.limits.max_ranges, 4);
+        assert_eq!(c.limits.max_head_bytes, 16 * 1024);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let (key, problem) = err_of("rot = \"/srv\"");
+        assert!(problem.contains("unknown field `rot`"), "{key} {problem}");
+        let (key, problem) = err_of("[limits]\nmax_head = 5");
+        assert!(key.starts_with("limits"), "{key}");
+        assert!(problem.contains("max_head"), "{problem}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let (key, problem) = err_of("[limits]\nmax_head_bytes = \"big\"");
+        assert_eq!(key, "limits.max_head_bytes");
+        assert!(problem.contains("invalid type"), "{problem}");
+        let (key, _) = err_of("[timeouts]\nsend = \"soon\"");
+        assert_eq!(key, "timeouts.send");
+        let (key, _) = err_of("listen = [\"localhost\"]");
+        assert!(key.starts_with("listen"), "{key}");
+        let (_, problem) = err_of("root = ");
+        assert!(problem.contains("line 1"), "{problem}");
+    }
+
+    #[test]
+    fn validation_names_key_and_problem() {
+        let dir = std::env::temp_dir();
+        let base = Config { root: Some(dir.clone()), ..Config::default() };
+        assert!(base.validate().is_ok());
+        let cases: Vec<(Config, &str)> = vec![
+            (Config { root: None, ..base.clone() }, "root"),
+            (Config { root: Some("/nonexistent/x".into()), ..base.clone() }, "root"),
+            (Config { listen: vec![], ..base.clone() }, "listen"),
+            (Config { cache_control: "a\r\nb".into(), ..base.clone() }, "cache_control"),
+            (Config { index: vec!["a/b".into()], ..base.clone() }, "index"),
+            (
+                Config { limits: Limits { max_head_bytes: 10, ..Limits::default() }, ..base.clone() },
+                "limits.max_head_bytes",
+            ),
+            (Config { limits: Limits { max_ranges: 65, ..Limits::default() }, ..base.clone() }, "limits.max_ranges"),
+            (
+                Config { timeouts: Timeouts { send: Duration::ZERO, ..Timeouts::default() }, ..base.clone() },
+                "timeouts.send",
+            ),
+            (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
+            (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
+        ];
+        for (c, key) in cases {
+            let (k, problem) = c.validate().unwrap_err();
+            assert_eq!(k, key, "{problem}");
+            assert!(!problem.is_empty());
+        }
+    }
+
+    #[test]
+    fn overrides_replace_file_values() {
+        let dir = std::env::temp_dir().join(format!("linerate-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, format!("root = {:?}\nworkers = 3\nlisten = [\"127.0.0.1:1\"]\n", dir)).unwrap();
+        let o = Overrides { workers: Some(1), listen: vec!["127.0.0.1:2".parse().unwrap()], ..Overrides::default() };
+        let c = Config::load(Some(&file), &o).unwrap();
+        assert_eq!(c.workers, 1);
+        assert_eq!(c.listen, vec!["127.0.0.1:2".parse().unwrap()]);
+        std::fs::write(&file, "workers = -1\n").unwrap();
+        let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

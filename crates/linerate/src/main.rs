@@ -1,0 +1,105 @@
+//! The `linerate` command: `linerate serve` runs the media server.
+#![forbid(unsafe_code)]
+
+mod config;
+mod demo;
+mod server;
+mod stats;
+mod transport;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use config::{Config, LogFormat, Overrides};
+
+#[derive(Parser)]
+#[command(name = "linerate", version, about = "An edge server for bulk media delivery")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve files over HTTP/1.1 (sendfile, one pinned worker per CPU).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML configuration file (keys in docs/CONFIG.md); flags below override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory to serve.
+    #[arg(long, value_name = "DIR", conflicts_with = "demo")]
+    root: Option<PathBuf>,
+    /// Address to listen on; repeat for several. Port 0 picks a free port.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Vec<SocketAddr>,
+    /// Worker threads (default: one per CPU the process may use).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Serve a built-in demo page and video from a temporary directory.
+    #[arg(long)]
+    demo: bool,
+    /// Print the effective configuration and exit (non-zero if it is invalid).
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("linerate: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let demo = if args.demo { Some(demo::Demo::create()?) } else { None };
+    let overrides = Overrides {
+        root: demo.as_ref().map(|d| d.root().to_owned()).or(args.root),
+        listen: args.listen,
+        workers: args.workers,
+        log_level: args.log_level,
+    };
+    let config = Config::load(args.config.as_deref(), &overrides)?;
+    if args.check_config {
+        print!("{}", config.to_toml());
+        return Ok(());
+    }
+    init_logging(&config);
+    if demo.is_some() {
+        tracing::info!("demo mode: open the address below in a browser to play the demo video");
+    }
+    let opts = server::ServeOptions { config_file: args.config, overrides };
+    let result = server::run(config, opts);
+    drop(demo);
+    result
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&config.log.level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match config.log.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,463 @@
+//! One connection's life: read a head, discard any body, answer, repeat.
+//!
+//! ```text
+//!  accept ──► read head ──► discard body ──► respond ──► keep-alive? ──yes──┐
+//!               ▲  │ 400/408/413/414/431/505 + close    │ no: close        │
+//!               │  ▼                                     ▼                  │
+//!               └───────────────── next request (pipelined bytes first) ◄───┘
+//! ```
+//!
+//! The code is generic over [`Transport`]: it writes heads and asks for file
+//! ranges to be sent, and never knows whether they leave by `sendfile`, kernel TLS
+//! or user-space TLS. Requests are answered strictly in order; bytes of a pipelined
+//! next request stay in the buffer and are parsed once the current response is out.
+//!
+//! Timeouts: the first head must arrive within `timeouts.header` of the accept and
+//! a later one within `timeouts.keepalive` of the previous response; once a head's
+//! first byte is in, the rest (and any body) must follow within `timeouts.header`
+//! of it, however slowly it trickles. Sending is bounded by `timeouts.send` in the
+//! transport.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use linerate_http::body::{Discard, DiscardError};
+use linerate_http::conditional::Validators;
+use linerate_http::path::{self, TargetError};
+use linerate_http::plan::{plan_file, Body, FileInfo};
+use linerate_http::request::{self, BodyFraming, Parsed};
+use linerate_http::response::HeadWriter;
+use linerate_http::{Method, Request, RequestError, Status, Version};
+
+use super::files::{Lookup, LookupError, OpenFile};
+use super::settings::Settings;
+use super::worker::Worker;
+use crate::stats::ErrorKind;
+use crate::transport::{SendError, Transport};
+
+/// Initial size of a connection's read buffer; it grows up to the head limit.
+const INITIAL_READ_BYTES: usize = 2048;
+const READ_CHUNK_BYTES: usize = 4096;
+
+/// Serves one connection until it closes.
+pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings) {
+    let mut conn = Conn {
+        io,
+        worker,
+        settings,
+        buf: Vec::with_capacity(INITIAL_READ_BYTES),
+        pos: 0,
+        scanned: 0,
+        req: Request::default(),
+        head: Vec::with_capacity(512),
+        scratch: Vec::new(),
+        path: Vec::with_capacity(128),
+        served: 0,
+        body_bytes_counted: 0,
+    };
+    let ending = conn.run().await;
+    conn.count_body_bytes();
+    let linger = matches!(ending, Ending::Linger) || conn.pos < conn.buf.len();
+    conn.io.close(linger).await;
+}
+
+enum Ending {
+    /// Close now: the client is gone, or asked to close and sent nothing more.
+    Quiet,
+    /// Close after an error response or with requests possibly still in flight:
+    /// shut the sending side, drain what the client sends for a moment, then close.
+    Linger,
+}
+
+/// Why no head could be read.
+enum HeadEnd {
+    /// The client closed, was idle past the keep-alive timeout, or shutdown began.
+    Closed,
+    /// A head started arriving but did not complete in time.
+    Timeout,
+    Bad(RequestError),
+    Io,
+}
+
+struct Conn<'a, T> {
+    io: T,
+    worker: &'a Worker,
+    settings: &'a Settings,
+    /// Received bytes; `buf[pos..]` are not consumed yet.
+    buf: Vec<u8>,
+    pos: usize,
+    /// `buf[..scanned]` has been searched for the end of the head.
+    scanned: usize,
+    req: Request,
+    /// The response head being built.
+    head: Vec<u8>,
+    /// Multipart part headers.
+    scratch: Vec<u8>,
+    /// The decoded path of the current request, relative to the root.
+    path: Vec<u8>,
+    served: u64,
+    body_bytes_counted: u64,
+}
+
+impl<T: Transport> Conn<'_, T> {
+    async fn run(&mut self) -> Ending {
+        loop {
+            if self.pos == self.buf.len() {
+                self.buf.clear();
+                self.pos = 0;
+                self.scanned = 0;
+            }
+            let head_len = match self.read_head().await {
+                Ok(n) => n,
+                Err(HeadEnd::Closed) => return Ending::Quiet,
+                Err(HeadEnd::Io) => {
+                    self.worker.counters.error(ErrorKind::Reset);
+                    return Ending::Quiet;
+                }
+                Err(HeadEnd::Timeout) => {
+                    self.worker.counters.error(ErrorKind::Timeout);
+                    let _ = self.send_error(Status::RequestTimeout, false).await;
+                    return Ending::Linger;
+                }
+                Err(HeadEnd::Bad(e)) => {
+                    tracing::debug!(worker = self.worker.index, "{e}");
+                    self.worker.counters.error(ErrorKind::BadRequest);
+                    let _ = self.send_error(e.status(), false).await;
+                    return Ending::Linger;
+                }
+            };
+            self.pos += head_len;
+            self.scanned = self.pos;
+            if let Err(status) = self.discard_body().await {
+                if let Some(status) = status {
+                    self.worker.counters.error(ErrorKind::BadRequest);
+                    let _ = self.send_error(status, false).await;
+                }
+                return Ending::Linger;
+            }
+            self.served += 1;
+            let max = self.settings.config.limits.max_requests_per_connection;
+            let keep_alive = self.req.keep_alive && !self.worker.is_shutting_down() && (max == 0 || self.served < max);
+            let result = self.respond(keep_alive).await;
+            self.count_body_bytes();
+            match result {
+                Ok(()) => {}
+                Err(e) => {
+                    let kind = match e {
+                        SendError::Timeout => ErrorKind::Timeout,
+                        SendError::Truncated => ErrorKind::Truncated,
+                        SendError::Io(_) => ErrorKind::Reset,
+                    };
+                    if kind == ErrorKind::Truncated {
+                        tracing::warn!(path = %String::from_utf8_lossy(&self.path), "file shrank while being sent; connection closed");
+                    }
+                    self.worker.counters.error(kind);
+                    return Ending::Quiet;
+                }
+            }
+            if !keep_alive {
+                // The client wanted to keep going but we close: it may have sent more.
+                return if self.req.keep_alive { Ending::Linger } else { Ending::Quiet };
+            }
+        }
+    }
+
+    fn count_body_bytes(&mut self) {
+        let sent = self.io.body_bytes_sent();
+        self.worker.counters.body_bytes.add(sent - self.body_bytes_counted);
+        self.body_bytes_counted = sent;
+    }
+
+    async fn read_head(&mut self) -> Result<usize, HeadEnd> {
+        let timeouts = &self.settings.config.timeouts;
+        let limits = &self.settings.request_limits;
+        let idle = if self.served == 0 { timeouts.header } else { timeouts.keepalive };
+        let mut head_deadline: Option<Instant> = None;
+        let mut line_seen = false;
+        loop {
+            let pending = &self.buf[self.pos..];
+            if !pending.is_empty() {
+                let new_from = self.scanned.saturating_sub(self.pos);
+                line_seen = line_seen || pending[new_from.min(pending.len())..].contains(&b'\n');
+                let worth_parsing = request::may_be_complete(pending, new_from)
+                    || pending.len() >= limits.max_head_bytes
+                    || (!line_seen && pending.len() > limits.max_uri_bytes);
+                if worth_parsing {
+                    match self.req.parse(pending, limits) {
+                        Ok(Parsed::Complete(n)) => return Ok(n),
+                        Ok(Parsed::Partial) => {}
+                        Err(e) => return Err(HeadEnd::Bad(e)),
+                    }
+                }
+                self.scanned = self.buf.len();
+                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header);
+            }
+            self.make_room();
+            let result = match head_deadline {
+                None => {
+                    tokio::select! {
+                        r = tokio::time::timeout(idle, self.io.read(&mut self.buf)) => r,
+                        _ = self.worker.shutdown_started() => return Err(HeadEnd::Closed),
+                    }
+                }
+                Some(deadline) => tokio::time::timeout_at(deadline.into(), self.io.read(&mut self.buf)).await,
+            };
+            match result {
+                Err(_) if head_deadline.is_some() => return Err(HeadEnd::Timeout),
+                Err(_) => return Err(HeadEnd::Closed),
+                Ok(Ok(0)) => return Err(HeadEnd::Closed),
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => return Err(HeadEnd::Io),
+            }
+        }
+    }
+
+    /// Moves unconsumed bytes to the front and makes sure a read has space.
+    fn make_room(&mut self) {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.scanned -= self.pos;
+            self.pos = 0;
+        }
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 2 {
+            self.buf.reserve(READ_CHUNK_BYTES);
+        }
+    }
+
+    /// Reads and drops the request's body. `Err(Some(status))`: answer that and
+    /// close; `Err(None)`: the connection failed, just close.
+    async fn discard_body(&mut self) -> Result<(), Option<Status>> {
+        if self.req.body == BodyFraming::None {
+            return Ok(());
+        }
+        let mut body = Discard::new(self.req.body, self.settings.config.limits.max_request_body_bytes)
+            .map_err(|_| Some(Status::ContentTooLarge))?;
+        let deadline = Instant::now() + self.settings.config.timeouts.header;
+        loop {
+            match body.feed(&self.buf[self.pos..]) {
+                Ok(n) => self.pos += n,
+                Err(DiscardError::TooLarge) => return Err(Some(Status::ContentTooLarge)),
+                Err(DiscardError::Malformed) => return Err(Some(Status::BadRequest)),
+            }
+            if body.is_done() {
+                self.scanned = self.pos;
+                return Ok(());
+            }
+            self.make_room();
+            match tokio::time::timeout_at(deadline.into(), self.io.read(&mut self.buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Err(_) => {
+                    self.worker.counters.error(ErrorKind::Timeout);
+                    return Err(Some(Status::RequestTimeout));
+                }
+                Ok(_) => return Err(None),
+            }
+        }
+    }
+
+    async fn respond(&mut self, keep_alive: bool) -> Result<(), SendError> {
+        match self.req.method {
+            Method::Other => self.send_error(Status::MethodNotAllowed, keep_alive).await,
+            Method::Options => self.send_options(keep_alive).await,
+            Method::Get | Method::Head => self.send_target(keep_alive).await,
+        }
+    }
+
+    async fn send_target(&mut self, keep_alive: bool) -> Result<(), SendError> {
+        let dir_syntax = match path::resolve(self.req.target(), &mut self.path) {
+            Ok(t) => t.dir_syntax,
+            Err(TargetError::Escapes | TargetError::ForbiddenByte | TargetError::Malformed | TargetError::Asterisk) => {
+                self.worker.counters.error(ErrorKind::BadRequest);
+                return self.send_error(Status::BadRequest, keep_alive).await;
+            }
+        };
+        let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
+        let file = match lookup {
+            Ok(Lookup::File(_)) if dir_syntax => return self.send_error(Status::NotFound, keep_alive).await,
+            Ok(Lookup::File(f)) => f,
+            Ok(Lookup::Directory) if !dir_syntax => return self.send_redirect_to_directory(keep_alive).await,
+            Ok(Lookup::Directory) => match self.find_index() {
+                Ok(Some(f)) => f,
+                Ok(None) => return self.send_error(Status::Forbidden, keep_alive).await,
+                Err(e) => return self.send_lookup_error(e, keep_alive).await,
+            },
+            Err(e) => return self.send_lookup_error(e, keep_alive).await,
+        };
+        self.send_file(&file, keep_alive).await
+    }
+
+    /// Tries the configured index files in the directory `self.path`; on success
+    /// `self.path` names the index file.
+    fn find_index(&mut self) -> Result<Option<Rc<OpenFile>>, LookupError> {
+        let base = self.path.len();
+        for name in &self.settings.config.index {
+            self.path.truncate(base);
+            if base > 0 {
+                self.path.push(b'/');
+            }
+            self.path.extend_from_slice(name.as_bytes());
+            match self.worker.files.borrow_mut().open(self.settings, &self.path) {
+                Ok(Lookup::File(f)) => return Ok(Some(f)),
+                Ok(Lookup::Directory) | Err(LookupError::NotFound) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.path.truncate(base);
+        Ok(None)
+    }
+
+    async fn send_file(&mut self, file: &OpenFile, keep_alive: bool) -> Result<(), SendError> {
+        let settings = self.settings;
+        let content_type = settings.content_type(&self.path);
+        let info = FileInfo {
+            len_bytes: file.stat.size_bytes,
+            validators: Validators { etag: &file.etag, last_modified_secs: file.stat.mtime_secs() },
+            content_type,
+        };
+        let max_ranges = settings.config.limits.max_ranges;
+        let plan = plan_file(&self.req, &info, max_ranges, self.worker.next_boundary_seed());
+        let mut h = start_head(&mut self.head, self.worker, settings, plan.status);
+        plan.write_fields(&mut h, &info, max_ranges > 0);
+        if !settings.config.cache_control.is_empty()
+            && matches!(plan.status, Status::Ok | Status::PartialContent | Status::NotModified)
+        {
+            h.field("Cache-Control", settings.config.cache_control.as_bytes());
+        }
+        h.rendered(&settings.cors_fields);
+        finish_head(h, keep_alive, self.req.version);
+        self.worker.counters.response(plan.status);
+        self.worker.counters.head_bytes.add(self.head.len() as u64);
+        tracing::trace!(worker = self.worker.index, status = plan.status.code(), path = %String::from_utf8_lossy(&self.path));
+
+        if self.req.method == Method::Head {
+            return self.io.write_all(&self.head, false).await;
+        }
+        match &plan.body {
+            Body::Empty => self.io.write_all(&self.head, false).await,
+            Body::Range(r) => {
+                self.io.write_all(&self.head, true).await?;
+                self.io.send_file(&file.file, r.first, r.len_bytes()).await
+            }
+            Body::Multipart(mp) => {
+                for (i, r) in mp.ranges.iter().enumerate() {
+                    mp.write_part_head(i, content_type, info.len_bytes, &mut self.scratch);
+                    if i == 0 {
+                        // The response head and the first part header leave together.
+                        self.head.extend_from_slice(&self.scratch);
+                        self.io.write_all(&self.head, true).await?;
+                    } else {
+                        self.io.write_all(&self.scratch, true).await?;
+                    }
+                    self.io.send_file(&file.file, r.first, r.len_bytes()).await?;
+                }
+                mp.write_closing(&mut self.scratch);
+                self.io.write_all(&self.scratch, false).await
+            }
+        }
+    }
+
+    async fn send_lookup_error(&mut self, e: LookupError, keep_alive: bool) -> Result<(), SendError> {
+        let status = match e {
+            LookupError::NotFound => Status::NotFound,
+            LookupError::Forbidden => Status::Forbidden,
+            LookupError::Unavailable => {
+                tracing::warn!(worker = self.worker.index, "out of file descriptors opening a file: 503");
+                Status::ServiceUnavailable
+            }
+            LookupError::Io(e) => {
+                tracing::error!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "cannot open: {e}");
+                Status::InternalServerError
+            }
+        };
+        self.send_error(status, keep_alive).await
+    }
+
+    /// 301 to the same path with a slash, so relative links in an index page work.
+    async fn send_redirect_to_directory(&mut self, keep_alive: bool) -> Result<(), SendError> {
+        let mut location = Vec::with_capacity(self.req.target().len() + 1);
+        if let Ok(t) = path::resolve(self.req.target(), &mut self.scratch) {
+            location.extend_from_slice(t.raw_path);
+            location.push(b'/');
+            if let Some(q) = t.query {
+                location.push(b'?');
+                location.extend_from_slice(q);
+            }
+        }
+        let body = simple_body(Status::MovedPermanently);
+        let mut h = start_head(&mut self.head, self.worker, self.settings, Status::MovedPermanently);
+        h.field("Location", &location)
+            .field("Content-Type", b"text/plain; charset=utf-8")
+            .field_u64("Content-Length", body.len() as u64);
+        finish_head(h, keep_alive, self.req.version);
+        self.send_small(Status::MovedPermanently, body.as_bytes()).await
+    }
+
+    async fn send_options(&mut self, keep_alive: bool) -> Result<(), SendError> {
+        let settings = self.settings;
+        let preflight =
+            !settings.cors_fields.is_empty() && self.req.origin().is_some() && self.req.cors_request_method().is_some();
+        let mut h = start_head(&mut self.head, self.worker, settings, Status::NoContent);
+        h.field("Allow", b"GET, HEAD, OPTIONS");
+        if preflight {
+            h.rendered(&settings.cors_fields)
+                .field("Access-Control-Allow-Methods", b"GET, HEAD, OPTIONS")
+                .field(
+                    "Access-Control-Allow-Headers",
+                    b"Range, If-Range, If-Match, If-None-Match, If-Modified-Since, If-Unmodified-Since",
+                )
+                .field("Access-Control-Max-Age", b"86400");
+        }
+        finish_head(h, keep_alive, self.req.version);
+        self.send_small(Status::NoContent, b"").await
+    }
+
+    /// An error (or other short) response with a one-line text body.
+    async fn send_error(&mut self, status: Status, keep_alive: bool) -> Result<(), SendError> {
+        let body = simple_body(status);
+        let mut h = start_head(&mut self.head, self.worker, self.settings, status);
+        match status {
+            Status::MethodNotAllowed => {
+                h.field("Allow", b"GET, HEAD, OPTIONS");
+            }
+            Status::ServiceUnavailable => {
+                h.field("Retry-After", b"1");
+            }
+            _ => {}
+        }
+        h.field("Content-Type", b"text/plain; charset=utf-8").field_u64("Content-Length", body.len() as u64);
+        finish_head(h, keep_alive, self.req.version);
+        self.send_small(status, body.as_bytes()).await
+    }
+
+    async fn send_small(&mut self, status: Status, body: &[u8]) -> Result<(), SendError> {
+        self.worker.counters.response(status);
+        if self.req.method != Method::Head {
+            self.head.extend_from_slice(body);
+        }
+        self.worker.counters.head_bytes.add(self.head.len() as u64);
+        self.io.write_all(&self.head, false).await
+    }
+}
+
+fn simple_body(status: Status) -> String {
+    format!("{} {}\n", status.code(), status.reason())
+}
+
+/// Status line, Date and the fields every response carries.
+fn start_head<'b>(head: &'b mut Vec<u8>, worker: &Worker, settings: &Settings, status: Status) -> HeadWriter<'b> {
+    let mut h = HeadWriter::new(head, status);
+    h.field("Date", worker.date.borrow_mut().now());
+    h.rendered(&settings.common_fields);
+    h
+}
+
+/// The Connection field, then the empty line. HTTP/1.1 keeps alive by default, so
+/// only a close is announced; an HTTP/1.0 client is told when it may keep going.
+fn finish_head(mut h: HeadWriter<'_>, keep_alive: bool, version: Version) {
+    if !keep_alive {
+        h.field("Connection", b"close");
+    } else if version == Version::Http10 {
+        h.field("Connection", b"keep-alive");
+    }
+    h.finish();
+}

@@ -1,0 +1,205 @@
+//! `linerate serve`: the supervisor and its workers.
+//!
+//! The supervisor (the main thread) owns everything that is not serving: it loads
+//! the configuration, binds the listening sockets, starts one worker thread per CPU
+//! ([`worker`]), and then waits for signals and for workers that stop:
+//!
+//! - SIGHUP: reload the configuration file; on success every worker gets the new
+//!   [`Settings`] for the connections it accepts from then on; established
+//!   connections finish under the settings they started with. Listen addresses,
+//!   the worker count and connection limits need a restart (a reload that changes
+//!   them says so and keeps the running values). A bad file is reported and ignored.
+//! - SIGTERM / SIGINT: graceful shutdown (see [`worker`] for the steps), exit 0.
+//! - A worker that stops on its own is a bug: the others are shut down and the
+//!   process exits non-zero, so a service manager restarts it.
+
+mod conn;
+mod files;
+mod listener;
+pub mod settings;
+mod worker;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use anyhow::Context;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::config::{Config, Overrides};
+use crate::stats::WorkerCounters;
+use settings::Settings;
+use worker::{Control, Launch};
+
+/// What `serve` needs besides the configuration.
+pub struct ServeOptions {
+    pub config_file: Option<PathBuf>,
+    pub overrides: Overrides,
+}
+
+enum Event {
+    Signal(i32),
+    WorkerStopped(usize, Result<(), String>),
+}
+
+pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
+    let nofile = match linerate_sys::raise_nofile_limit() {
+        Ok(l) => l.soft,
+        Err(e) => {
+            tracing::warn!("cannot read or raise the open-file limit: {e}");
+            1024
+        }
+    };
+    let cpus = linerate_sys::allowed_cpus().context("cannot read the CPU affinity mask")?;
+    let workers = if config.workers == 0 { cpus.len().max(1) } else { config.workers };
+    let settings = Arc::new(Settings::new(config, workers, nofile)?);
+    let (listeners, bound) =
+        listener::bind_all(&settings.config.listen, workers, settings.config.limits.listen_backlog)?;
+
+    let (events_tx, events) = mpsc::channel::<Event>();
+    let signals_tx = events_tx.clone();
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+    std::thread::Builder::new().name("linerate-signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if signals_tx.send(Event::Signal(sig)).is_err() {
+                break;
+            }
+        }
+    })?;
+
+    let mut controls = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    let mut counters = Vec::with_capacity(workers);
+    for (index, listeners) in listeners.into_iter().enumerate() {
+        let (control_tx, control) = tokio::sync::mpsc::unbounded_channel();
+        let worker_counters = Arc::new(WorkerCounters::default());
+        let launch = Launch {
+            index,
+            cpu: Some(cpus[index % cpus.len()]),
+            listeners,
+            settings: settings.clone(),
+            counters: worker_counters.clone(),
+            control,
+        };
+        let done = events_tx.clone();
+        let thread = std::thread::Builder::new().name(format!("linerate-w{index}")).spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker::run(launch)));
+            let result = match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("{e:#}")),
+                Err(_) => Err("panicked".to_string()),
+            };
+            let _ = done.send(Event::WorkerStopped(index, result));
+        })?;
+        controls.push(control_tx);
+        threads.push(thread);
+        counters.push(worker_counters);
+    }
+    drop(events_tx);
+
+    tracing::info!(
+        workers,
+        root = %settings.root_path.display(),
+        max_connections_per_worker = settings.max_connections_per_worker,
+        open_file_limit = nofile,
+        "linerate {} serving",
+        env!("CARGO_PKG_VERSION")
+    );
+    // One write, so a reader sees all addresses at once.
+    let lines: String = bound.iter().map(|a| format!("listening http://{a}\n")).collect();
+    let mut out = std::io::stdout().lock();
+    out.write_all(lines.as_bytes())?;
+    out.flush()?;
+    drop(out);
+
+    let mut current = settings;
+    let mut exit_error = None;
+    let mut running = workers;
+    loop {
+        match events.recv() {
+            Ok(Event::Signal(SIGHUP)) => match reload(&current, &opts, workers, nofile) {
+                Ok(new) => {
+                    for c in &controls {
+                        let _ = c.send(Control::Reload(new.clone()));
+                    }
+                    current = new;
+                    tracing::info!("configuration reloaded; new connections use it");
+                }
+                Err(e) => tracing::error!("reload failed, keeping the running configuration: {e:#}"),
+            },
+            Ok(Event::Signal(sig)) => {
+                tracing::info!(signal = sig, drain = ?current.config.timeouts.drain, "shutting down: no new connections, draining transfers");
+                break;
+            }
+            Ok(Event::WorkerStopped(index, result)) => {
+                running -= 1;
+                let why = match result {
+                    Ok(()) => "stopped unexpectedly".to_string(),
+                    Err(e) => e,
+                };
+                tracing::error!(worker = index, "worker {why}; shutting down");
+                exit_error = Some(anyhow::anyhow!("worker {index} {why}"));
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+
+    for c in &controls {
+        let _ = c.send(Control::Shutdown);
+    }
+    // Workers end by themselves after the drain timeout; allow a little more.
+    let deadline = std::time::Instant::now() + current.config.timeouts.drain + Duration::from_secs(2);
+    while running > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left) {
+            Ok(Event::WorkerStopped(index, Err(e))) => {
+                running -= 1;
+                tracing::error!(worker = index, "worker failed while stopping: {e}");
+            }
+            Ok(Event::WorkerStopped(..)) => running -= 1,
+            Ok(Event::Signal(_)) => {}
+            Err(_) => {
+                tracing::error!(workers = running, "workers did not stop in time; exiting anyway");
+                break;
+            }
+        }
+    }
+    let served: u64 = counters.iter().map(|c| c.responses.iter().map(|r| r.get()).sum::<u64>()).sum();
+    let bytes: u64 = counters.iter().map(|c| c.body_bytes.get()).sum();
+    tracing::info!(responses = served, body_bytes = bytes, "stopped");
+    match exit_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Loads the configuration again for SIGHUP. Keys that need a restart keep their
+/// running values, with a warning.
+fn reload(current: &Settings, opts: &ServeOptions, workers: usize, nofile: u64) -> anyhow::Result<Arc<Settings>> {
+    let mut config = Config::load(opts.config_file.as_deref(), &opts.overrides)?;
+    let running = &current.config;
+    if config.listen != running.listen {
+        tracing::warn!("`listen` changed: takes effect at restart");
+        config.listen = running.listen.clone();
+    }
+    if config.workers != running.workers {
+        tracing::warn!("`workers` changed: takes effect at restart");
+        config.workers = running.workers;
+    }
+    if config.limits.max_connections_per_worker != running.limits.max_connections_per_worker
+        || config.limits.listen_backlog != running.limits.listen_backlog
+        || config.open_file_cache.entries != running.open_file_cache.entries
+    {
+        tracing::warn!("connection, backlog and open-file-cache sizes take effect at restart");
+        config.limits.max_connections_per_worker = running.limits.max_connections_per_worker;
+        config.limits.listen_backlog = running.limits.listen_backlog;
+        config.open_file_cache.entries = running.open_file_cache.entries;
+    }
+    if config.log != running.log {
+        tracing::warn!("`log` settings take effect at restart");
+        config.log = running.log.clone();
+    }
+    Ok(Arc::new(Settings::new(config, workers, nofile)?))
+}

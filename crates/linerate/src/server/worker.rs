@@ -1,0 +1,207 @@
+//! One worker: a thread pinned to a CPU, running its own single-threaded event loop.
+//!
+//! A worker owns its listening sockets (one per address, each a member of that
+//! address's `SO_REUSEPORT` group), accepts connections from them, and serves every
+//! connection it accepts until it closes: connections never move between workers.
+//! Everything a connection touches on the hot path belongs to the worker: the
+//! open-file cache, the Date cache, the counters. The only things shared with
+//! other threads are the immutable [`Settings`] and the counters' cache lines,
+//! which only this worker writes.
+//!
+//! Shutdown, step by step:
+//! 1. the supervisor sends [`Control::Shutdown`];
+//! 2. the worker stops its accept loops, which closes its listeners, so the kernel
+//!    stops queueing connections for it;
+//! 3. idle keep-alive connections close at once; a connection in the middle of a
+//!    response finishes it (answering `Connection: close`) and closes;
+//! 4. when no connection is left, or the drain timeout passes, the event loop ends
+//!    and remaining connections are dropped.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use linerate_http::date::DateCache;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify, Semaphore};
+
+use super::conn;
+use super::files::FileCache;
+use super::settings::Settings;
+use crate::stats::{ErrorKind, WorkerCounters};
+use crate::transport::plain::Plain;
+
+/// Messages from the supervisor.
+pub enum Control {
+    /// New settings for connections accepted from now on.
+    Reload(Arc<Settings>),
+    Shutdown,
+}
+
+/// A worker's state, shared by its tasks (all on one thread).
+pub struct Worker {
+    pub index: usize,
+    pub settings: RefCell<Arc<Settings>>,
+    pub files: RefCell<FileCache>,
+    pub date: RefCell<DateCache>,
+    pub counters: Arc<WorkerCounters>,
+    shutting_down: Cell<bool>,
+    shutdown: Notify,
+    boundary_seq: Cell<u64>,
+}
+
+impl Worker {
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Resolves when shutdown begins (at once if it already has).
+    pub async fn shutdown_started(&self) {
+        let notified = self.shutdown.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.shutting_down.get() {
+            notified.await;
+        }
+    }
+
+    /// A number that differs for every multipart response of this process.
+    pub fn next_boundary_seed(&self) -> u64 {
+        let n = self.boundary_seq.get().wrapping_add(1);
+        self.boundary_seq.set(n);
+        n ^ ((self.index as u64) << 48) ^ std::process::id() as u64
+    }
+}
+
+/// Everything a worker thread starts with.
+pub struct Launch {
+    pub index: usize,
+    pub cpu: Option<usize>,
+    pub listeners: Vec<std::net::TcpListener>,
+    pub settings: Arc<Settings>,
+    pub counters: Arc<WorkerCounters>,
+    pub control: mpsc::UnboundedReceiver<Control>,
+}
+
+/// Runs a worker until it is told to shut down and has drained. Returns an error
+/// only if it could not start.
+pub fn run(launch: Launch) -> anyhow::Result<()> {
+    if let Some(cpu) = launch.cpu {
+        if let Err(e) = linerate_sys::pin_current_thread(cpu) {
+            tracing::warn!(worker = launch.index, cpu, "cannot pin worker to its CPU: {e}; it will float");
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, serve(launch))
+}
+
+async fn serve(launch: Launch) -> anyhow::Result<()> {
+    let Launch { index, cpu, listeners, settings, counters, mut control } = launch;
+    let max_connections = settings.max_connections_per_worker;
+    let drain = settings.config.timeouts.drain;
+    let worker = Rc::new(Worker {
+        index,
+        files: RefCell::new(FileCache::new(
+            settings.config.open_file_cache.entries,
+            settings.config.open_file_cache.valid,
+        )),
+        settings: RefCell::new(settings),
+        date: RefCell::new(DateCache::default()),
+        counters,
+        shutting_down: Cell::new(false),
+        shutdown: Notify::new(),
+        boundary_seq: Cell::new(0),
+    });
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut accepters = Vec::new();
+    for listener in listeners {
+        let listener = TcpListener::from_std(listener)?;
+        accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, slots.clone())));
+    }
+    tracing::debug!(worker = index, cpu, max_connections, "worker started");
+
+    while let Some(msg) = control.recv().await {
+        match msg {
+            Control::Reload(settings) => {
+                // The root may have changed: start a fresh cache. Responses in
+                // flight keep the files they hold.
+                let c = &settings.config.open_file_cache;
+                *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
+                *worker.settings.borrow_mut() = settings;
+            }
+            Control::Shutdown => break,
+        }
+    }
+
+    worker.shutting_down.set(true);
+    worker.shutdown.notify_waiters();
+    for a in &accepters {
+        a.abort();
+    }
+    let deadline = Instant::now() + drain;
+    while slots.available_permits() < max_connections && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = max_connections - slots.available_permits();
+    if left > 0 {
+        tracing::warn!(worker = index, connections = left, "drain timeout: closing connections still open");
+    }
+    Ok(())
+}
+
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, slots: Arc<Semaphore>) {
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        // Full: stop accepting (the kernel keeps queueing in the backlog) until a
+        // connection ends, instead of accepting and dropping.
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let (stream, _peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                worker.counters.error(ErrorKind::Accept);
+                if is_resource_exhaustion(&e) {
+                    // Out of descriptors or memory: the pending connection stays
+                    // queued and accept would fail again at once. Back off instead of
+                    // spinning; log at most every 10 s.
+                    if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                        tracing::warn!(worker = worker.index, "accept failed: {e}; pausing accepts for 100 ms");
+                        last_warning = Some(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                } else {
+                    tracing::debug!(worker = worker.index, "accept failed: {e}");
+                }
+                continue;
+            }
+        };
+        worker.counters.connections_accepted.add(1);
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+        let settings = worker.settings.borrow().clone();
+        let transport = Plain::new(stream, settings.config.timeouts.send);
+        let worker = worker.clone();
+        tokio::task::spawn_local(async move {
+            // Counted closed and the slot given back even if the task panics.
+            let _open = OpenConnection { worker: worker.clone(), _permit: permit };
+            conn::serve(transport, &worker, &settings).await;
+        });
+    }
+}
+
+struct OpenConnection {
+    worker: Rc<Worker>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.worker.counters.connections_closed.add(1);
+    }
+}
+
+fn is_resource_exhaustion(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}

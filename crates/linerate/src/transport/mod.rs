@@ -1,0 +1,54 @@
+//! The send path: one interface, interchangeable transports.
+//!
+//! The HTTP layer (`server::conn`) is generic over [`Transport`] and never asks which
+//! one it has. A transport is chosen once per connection, when it is accepted (and,
+//! for TLS, once the handshake tells whether the kernel took the keys):
+//!
+//! - [`plain::Plain`]: request bytes are read from the socket; response heads are
+//!   sent with `send(MSG_MORE)` so they share a segment with the first body bytes;
+//!   bodies go out with `sendfile(2)` straight from the page cache.
+//!
+//! Every transport waits for writability itself, bounded by the send timeout (no
+//! progress for that long ends the connection), so a client that stops reading
+//! cannot pin a connection forever.
+
+use std::fs::File;
+use std::io;
+
+pub mod plain;
+
+/// Why sending a response stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("client accepted no data for the send timeout")]
+    Timeout,
+    /// The file ended before the planned range did (it was truncated while being
+    /// served). The response cannot be completed honestly: close the connection.
+    #[error("file truncated during transfer")]
+    Truncated,
+}
+
+#[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send
+pub trait Transport {
+    /// Reads whatever has arrived into the spare capacity of `buf`; `Ok(0)` at end of stream.
+    async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize>;
+
+    /// Sends all of `bytes`. `more` says that body bytes follow at once, so the
+    /// transport may hold a small head back to share a segment with them.
+    async fn write_all(&mut self, bytes: &[u8], more: bool) -> Result<(), SendError>;
+
+    /// Sends `len` bytes of `file` starting at `offset`.
+    async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> Result<(), SendError>;
+
+    /// Body bytes sent on this connection so far (by `send_file`), including
+    /// those of a response that failed halfway: what the client may have received.
+    fn body_bytes_sent(&self) -> u64;
+
+    /// Closes the connection. With `linger`, the sending side is shut first and
+    /// whatever the client still sends is read and dropped for a short while, so
+    /// that unread request bytes do not turn the close into a reset that could
+    /// destroy the response before the client has read it.
+    async fn close(self, linger: bool);
+}

@@ -1,0 +1,317 @@
+//! Shared helpers for the integration tests: start the real binary on a free
+//! loopback port, talk to it with real clients (curl, raw sockets), and clean up.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+
+/// A running `linerate serve`.
+pub struct Server {
+    pub child: Child,
+    pub addrs: Vec<SocketAddr>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `linerate serve --listen 127.0.0.1:0 <args>` and waits for it to print
+    /// its address.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_with(args, |_| {})
+    }
+
+    /// Like `start`, with a chance to adjust the command (environment, limits).
+    pub fn start_with(args: &[&str], adjust: impl FnOnce(&mut Command)) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve");
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(args);
+        adjust(&mut cmd);
+        Server::spawn(cmd)
+    }
+
+    /// Starts `linerate serve <args>` under a wrapper command that execs it (such as
+    /// `prlimit` or `strace`), so the child is linerate or traces it.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str]) -> Server {
+        let mut cmd = tool(wrapper[0]);
+        cmd.args(&wrapper[1..]).args(["--", BIN, "serve", "--listen", "127.0.0.1:0"]).args(args);
+        Server::spawn(cmd)
+    }
+
+    pub fn spawn(mut cmd: Command) -> Server {
+        let listens = cmd.get_args().filter(|a| *a == "--listen").count().max(1);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start linerate");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut addrs = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 {
+                let status = child.wait().unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                panic!("linerate exited ({status}) before listening:\n{}", stderr.lock().unwrap());
+            }
+            if let Some(a) = line.trim().strip_prefix("listening http://") {
+                addrs.push(a.parse().unwrap());
+                if addrs.len() == listens {
+                    break;
+                }
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        Server { child, addrs, stderr }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr(), path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([&format!("-{sig}"), &self.pid().to_string()]).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits for the process to exit, up to `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// utime + stime of the server process, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a required external tool; fails the test with a clear message if missing.
+pub fn tool(name: &str) -> Command {
+    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().unwrap();
+    assert!(
+        found.status.success(),
+        "`{name}` is not installed; run the README's test command (scripts/test), which installs test dependencies"
+    );
+    Command::new(name)
+}
+
+/// curl with the given arguments; returns its output (status not checked).
+pub fn curl(args: &[&str]) -> Output {
+    tool("curl").args(["-sS", "--max-time", "30"]).args(args).output().unwrap()
+}
+
+/// The response status, header block and body of `curl -i`, for one request.
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A header value by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// One request with curl: `extra` are more curl arguments (headers, -I, -r).
+pub fn get(url: &str, extra: &[&str]) -> Response {
+    let mut args = vec!["-i", "--path-as-is"];
+    args.extend_from_slice(extra);
+    args.push(url);
+    let out = curl(&args);
+    assert!(out.status.success(), "curl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    parse_response(&out.stdout)
+        .unwrap_or_else(|| panic!("unparseable response: {:?}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Splits a raw HTTP response (one) into status, head and body.
+pub fn parse_response(raw: &[u8]) -> Option<Response> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Response { status, head, body: raw[end + 4..].to_vec() })
+}
+
+/// Sends `request` on a new connection and reads until the server closes it (or
+/// `limit` passes). Returns everything read.
+pub fn raw_exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(limit)).unwrap();
+    s.write_all(request).unwrap();
+    read_until_close(&mut s, limit)
+}
+
+pub fn read_until_close(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Splits concatenated responses (as on a keep-alive connection) into
+/// (status, head, body) using Content-Length. Responses without a length end the list.
+pub fn split_responses(mut raw: &[u8]) -> Vec<Response> {
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+        let status: u16 = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("content-length")))
+            .map(|(_, v)| v.trim().parse().unwrap())
+            .unwrap_or(0);
+        let is_head_only = status == 304 || status == 204;
+        let body_len = if is_head_only { 0 } else { len.min(raw.len() - end - 4) };
+        out.push(Response { status, head, body: raw[end + 4..end + 4 + body_len].to_vec() });
+        raw = &raw[end + 4 + body_len..];
+    }
+    out
+}
+
+/// A content directory for a test.
+pub struct Content {
+    pub dir: tempfile::TempDir,
+}
+
+impl Content {
+    pub fn new() -> Content {
+        Content { dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn root_arg(&self) -> String {
+        self.path().to_str().unwrap().to_string()
+    }
+
+    pub fn write(&self, rel: &str, data: &[u8]) -> PathBuf {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+
+    /// Writes `len` bytes of deterministic pseudo-random data.
+    pub fn write_random(&self, rel: &str, len: usize, seed: u64) -> Vec<u8> {
+        let data = pseudo_random(len, seed);
+        self.write(rel, &data);
+        data
+    }
+}
+
+/// A config file in a directory of its own (never inside a served root).
+pub struct ConfigFile {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl ConfigFile {
+    pub fn new(text: &str) -> ConfigFile {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("linerate.toml");
+        std::fs::write(&path, text).unwrap();
+        ConfigFile { _dir: dir, path }
+    }
+
+    pub fn rewrite(&self, text: &str) {
+        std::fs::write(&self.path, text).unwrap();
+    }
+
+    pub fn arg(&self) -> &str {
+        self.path.to_str().unwrap()
+    }
+}
+
+/// Deterministic bytes (xorshift64*), fast enough for hundreds of MiB.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(data);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Waits until `f` is true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
