@@ -275,7 +275,7 @@ mod tests {
         for (i, r) in mp.ranges.iter().enumerate() {
             mp.write_part_head(i, FILE.content_type, FILE.len_bytes, &mut scratch);
             body.extend_from_slice(&scratch);
-            body.extend(std::iter::repeat(b'x').take(r.len_bytes() as usize));
+            body.extend(std::iter::repeat_n(b'x', r.len_bytes() as usize));
         }
         mp.write_closing(&mut scratch);
         body.extend_from_slice(&scratch);

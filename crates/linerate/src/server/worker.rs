@@ -48,7 +48,9 @@ pub struct Worker {
     pub counters: Arc<WorkerCounters>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
+    /// Counter and per-process salt for multipart boundaries.
     boundary_seq: Cell<u64>,
+    boundary_salt: u64,
 }
 
 impl Worker {
@@ -70,7 +72,7 @@ impl Worker {
     pub fn next_boundary_seed(&self) -> u64 {
         let n = self.boundary_seq.get().wrapping_add(1);
         self.boundary_seq.set(n);
-        n ^ ((self.index as u64) << 48) ^ std::process::id() as u64
+        n ^ self.boundary_salt
     }
 }
 
@@ -113,6 +115,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         shutting_down: Cell::new(false),
         shutdown: Notify::new(),
         boundary_seq: Cell::new(0),
+        boundary_salt: ((index as u64) << 48) ^ u64::from(std::process::id()),
     });
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut accepters = Vec::new();
