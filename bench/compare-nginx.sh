@@ -10,8 +10,14 @@
 # nginx workers summed) and the whole machine's busy CPU seconds (from /proc/stat).
 # Also prints iperf3 -Z over loopback as the ceiling for one TCP stream.
 #
+# HTTPS runs use one ECDSA P-256 certificate for both servers and TLS 1.3 with
+# AES-128-GCM; nginx has `ssl_conf_command Options KTLS` (kernel TLS where the
+# kernel has it, OpenSSL in user space otherwise), linerate its defaults (kernel TLS
+# where available, its user-space record layer otherwise). The TLS mode each
+# server ends up in is printed.
+#
 # Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S]
-#          [--workers N] [--conns "16 256"] [--dir DIR] [--bin PATH]
+#          [--workers N] [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
 #   --quick   1 round of 2 s per workload, 2 files of 16 MiB: a smoke test.
 #
 # Needs: nginx, wrk, iperf3, python3 (Debian packages), and cargo to build linerate.
@@ -19,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 duration=10 workers=$(nproc) conns="16 256" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
+rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,6 +34,7 @@ while [ $# -gt 0 ]; do
         --duration) duration=$2; shift ;;
         --workers) workers=$2; shift ;;
         --conns) conns=$2; shift ;;
+        --proto) protos=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
         -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
@@ -37,7 +44,7 @@ while [ $# -gt 0 ]; do
 done
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
-for tool in nginx wrk iperf3; do
+for tool in nginx wrk iperf3 openssl python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nginx wrk iperf3)" >&2; exit 1; }
 done
 if [ -z "$bin" ]; then
@@ -82,8 +89,12 @@ EOF
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+    -keyout "$work/key.pem" -out "$work/cert.pem" 2> /dev/null
+
 # --- servers -------------------------------------------------------------
 nginx_port=$(free_port)
+nginx_tls_port=$(free_port)
 mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<EOF
 worker_processes $workers;
@@ -110,20 +121,31 @@ http {
         listen 127.0.0.1:$nginx_port reuseport;
         root $dir;
     }
+    server {
+        listen 127.0.0.1:$nginx_tls_port ssl reuseport;
+        ssl_certificate $work/cert.pem;
+        ssl_certificate_key $work/key.pem;
+        ssl_protocols TLSv1.3;
+        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
+        ssl_conf_command Options KTLS;
+        root $dir;
+    }
 }
 EOF
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
 pids+=($!)
 nginx_master=$!
 
-"$bin" serve --root "$dir" --listen 127.0.0.1:0 --workers "$workers" --log-level warn > "$work/linerate.out" &
+"$bin" serve --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+    --key "$work/key.pem" --workers "$workers" --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
 pids+=($!)
 linerate_pid=$!
 for _ in $(seq 1 100); do
-    grep -q '^listening http://' "$work/linerate.out" 2>/dev/null && break
+    grep -q '^listening https://' "$work/linerate.out" 2>/dev/null && break
     sleep 0.05
 done
-linerate_url=$(sed -n 's/^listening //p' "$work/linerate.out" | head -1)
+linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
+linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
 for _ in $(seq 1 100); do
     curl -s -o /dev/null "http://127.0.0.1:$nginx_port/f1.bin" -r 0-0 && break
@@ -145,33 +167,56 @@ server_ticks() {
 # busy ticks of the whole machine: user nice system irq softirq steal
 machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
-url_of() { case "$1" in nginx) echo "http://127.0.0.1:$nginx_port/";; linerate) echo "$linerate_url/";; esac; }
+url_of() {
+    case "$1/$2" in
+        nginx/http) echo "http://127.0.0.1:$nginx_port/" ;;
+        nginx/https) echo "https://127.0.0.1:$nginx_tls_port/" ;;
+        linerate/http) echo "$linerate_url/" ;;
+        linerate/https) echo "$linerate_tls_url/" ;;
+    esac
+}
 
-# Runs one load; appends "server conns gbps srv_cpu_per_gb machine_cpu_per_gb requests errors" to results.
+# Runs one load; appends "server workload gbps srv_cpu_per_gb machine_cpu_per_gb requests errors"
+# to the results, where workload is proto/conns.
 results="$work/results"
+touch "$results"
 run_one() {
-    local server=$1 c=$2
+    local server=$1 proto=$2 c=$3
     local s0 m0 s1 m1 out
     s0=$(server_ticks "$server"); m0=$(machine_busy)
-    out=$(wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$(url_of "$server")")
+    out=$(wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$(url_of "$server" "$proto")")
     s1=$(server_ticks "$server"); m1=$(machine_busy)
-    echo "$out" | awk -v srv="$server" -v c="$c" -v ds=$((s1 - s0)) -v dm=$((m1 - m0)) -v clk="$clk" '
+    echo "$out" | awk -v srv="$server" -v w="$proto/$c" -v ds=$((s1 - s0)) -v dm=$((m1 - m0)) -v clk="$clk" '
         /^RESULT/ {
             for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
             gb = r["bytes"] / 1e9
-            printf "%s %d %.2f %.4f %.4f %d %d\n", srv, c, r["bytes"] * 8 / r["duration_us"] / 1000,
+            if (gb == 0) gb = 1e-9
+            printf "%s %s %.2f %.4f %.4f %d %d\n", srv, w, r["bytes"] * 8 / r["duration_us"] / 1000,
                 (ds / clk) / gb, (dm / clk) / gb, r["requests"], r["errors"] + r["status"]
         }' >> "$results"
-    tail -1 "$results" | awk '{ printf "  %-8s c=%-4s %7.2f Gb/s  server %.4f CPU-s/GB  machine %.4f CPU-s/GB  errors %d\n", $1, $2, $3, $4, $5, $7 }'
+    tail -1 "$results" | awk '{ printf "  %-8s %-10s %7.2f Gb/s  server %.4f CPU-s/GB  machine %.4f CPU-s/GB  errors %d\n", $1, $2, $3, $4, $5, $7 }'
 }
 
 echo "linerate vs nginx: $workers workers each, $files files x $file_mib MiB, wrk -t2, ${duration}s x $rounds rounds"
 echo "host: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-for c in $conns; do
-    for r in $(seq 1 "$rounds"); do
-        echo "round $r, $c connections"
-        run_one nginx "$c"
-        run_one linerate "$c"
+case " $protos " in
+    *" https "*)
+        echo "linerate TLS: $(grep -o 'tls_mode=[a-z-]*' "$work/linerate.err" | head -1)"
+        if grep -q '^tls ' /proc/modules 2> /dev/null || [ -e /proc/net/tls_stat ]; then
+            echo "kernel TLS available: nginx may use it (see /proc/net/tls_stat)"
+        else
+            echo "kernel TLS not available here: nginx uses OpenSSL in user space"
+        fi ;;
+esac
+workloads=""
+for proto in $protos; do
+    for c in $conns; do
+        workloads="$workloads $proto/$c"
+        for r in $(seq 1 "$rounds"); do
+            echo "round $r, $proto, $c connections"
+            run_one nginx "$proto" "$c"
+            run_one linerate "$proto" "$c"
+        done
     done
 done
 
@@ -184,19 +229,19 @@ iperf=$(iperf3 -c 127.0.0.1 -p "$iperf_port" -Z -t "$duration" 2>/dev/null | awk
 
 # --- summary ---------------------------------------------------------------
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-col() { awk -v s="$1" -v c="$2" -v k="$3" '$1 == s && $2 == c { print $k }' "$results" | median; }
+col() { awk -v s="$1" -v w="$2" -v k="$3" '$1 == s && $2 == w { print $k }' "$results" | median; }
 echo
-echo "| connections | nginx Gb/s | linerate Gb/s | ratio | nginx server CPU-s/GB | linerate server CPU-s/GB | nginx machine CPU-s/GB | linerate machine CPU-s/GB |"
+echo "| workload | nginx Gb/s | linerate Gb/s | ratio | nginx server CPU-s/GB | linerate server CPU-s/GB | nginx machine CPU-s/GB | linerate machine CPU-s/GB |"
 echo "|---|---|---|---|---|---|---|---|"
 fail=0
-for c in $conns; do
-    ng=$(col nginx "$c" 3); lr=$(col linerate "$c" 3)
-    awk -v c="$c" -v ng="$ng" -v lr="$lr" -v ns="$(col nginx "$c" 4)" -v ls="$(col linerate "$c" 4)" \
-        -v nm="$(col nginx "$c" 5)" -v lm="$(col linerate "$c" 5)" \
-        'BEGIN { printf "| %d | %.1f | %.1f | %.3f | %.4f | %.4f | %.4f | %.4f |\n", c, ng, lr, (ng > 0 ? lr / ng : 0), ns, ls, nm, lm }'
-    errs=$(awk -v c="$c" '$2 == c { e += $7 } END { print e + 0 }' "$results")
-    [ "$errs" -eq 0 ] || { echo "errors during the $c-connection runs: $errs" >&2; fail=1; }
-    awk -v lr="$lr" 'BEGIN { exit !(lr > 0) }' || { echo "linerate moved no data at c=$c" >&2; fail=1; }
+for w in $workloads; do
+    ng=$(col nginx "$w" 3); lr=$(col linerate "$w" 3)
+    awk -v w="$w" -v ng="$ng" -v lr="$lr" -v ns="$(col nginx "$w" 4)" -v ls="$(col linerate "$w" 4)" \
+        -v nm="$(col nginx "$w" 5)" -v lm="$(col linerate "$w" 5)" \
+        'BEGIN { printf "| %s | %.1f | %.1f | %.3f | %.4f | %.4f | %.4f | %.4f |\n", w, ng, lr, (ng > 0 ? lr / ng : 0), ns, ls, nm, lm }'
+    errs=$(awk -v w="$w" '$2 == w { e += $7 } END { print e + 0 }' "$results")
+    [ "$errs" -eq 0 ] || { echo "errors during the $w runs: $errs" >&2; fail=1; }
+    awk -v lr="$lr" 'BEGIN { exit !(lr > 0) }' || { echo "linerate moved no data in $w" >&2; fail=1; }
 done
 echo
 echo "medians of $rounds rounds; iperf3 -Z loopback ceiling (one stream): ${iperf:-n/a}"

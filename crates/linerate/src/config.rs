@@ -42,6 +42,8 @@ pub struct Config {
     pub root: Option<PathBuf>,
     /// Addresses to listen on (plain HTTP).
     pub listen: Vec<SocketAddr>,
+    /// Addresses to listen on for HTTPS (needs `tls.cert` and `tls.key`).
+    pub tls_listen: Vec<SocketAddr>,
     /// Worker threads; 0 means one per CPU the process may run on.
     pub workers: usize,
     /// File names tried, in order, when a directory is requested.
@@ -57,6 +59,7 @@ pub struct Config {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
+    pub tls: Tls,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -67,6 +70,7 @@ impl Default for Config {
         Config {
             root: None,
             listen: vec!["127.0.0.1:8080".parse().expect("valid default address")],
+            tls_listen: Vec::new(),
             workers: 0,
             index: vec!["index.html".into()],
             follow_symlinks_outside_root: false,
@@ -76,6 +80,7 @@ impl Default for Config {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
+            tls: Tls::default(),
             log: Log::default(),
             mime: BTreeMap::new(),
         }
@@ -158,6 +163,67 @@ impl Default for OpenFileCache {
     }
 }
 
+/// Whether to hand TLS sessions to the kernel.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelTls {
+    /// Use kernel TLS when the kernel offers it, user-space TLS otherwise.
+    #[default]
+    Auto,
+    /// Always user-space TLS.
+    Off,
+}
+
+/// The oldest TLS version accepted.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub enum TlsVersion {
+    #[default]
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+/// A certificate chain and its private key, both PEM files.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CertKey {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tls {
+    /// The default certificate chain (PEM): for clients without SNI or with a name
+    /// no other certificate covers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// The default certificate's private key (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// More certificates, chosen by SNI against their DNS names.
+    pub certificates: Vec<CertKey>,
+    pub kernel_tls: KernelTls,
+    /// `TLS_TX_ZEROCOPY_RO`: kTLS sendfile without copying pages first. Only for
+    /// content that never changes in place (see docs/CONFIG.md).
+    pub zerocopy_sendfile: bool,
+    pub min_version: TlsVersion,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Tls {
+            cert: None,
+            key: None,
+            certificates: Vec::new(),
+            kernel_tls: KernelTls::Auto,
+            zerocopy_sendfile: false,
+            min_version: TlsVersion::Tls12,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -185,6 +251,9 @@ impl Default for Log {
 pub struct Overrides {
     pub root: Option<PathBuf>,
     pub listen: Vec<SocketAddr>,
+    pub tls_listen: Vec<SocketAddr>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
     pub workers: Option<usize>,
     pub log_level: Option<String>,
 }
@@ -222,6 +291,15 @@ impl Config {
         if !overrides.listen.is_empty() {
             config.listen = overrides.listen.clone();
         }
+        if !overrides.tls_listen.is_empty() {
+            config.tls_listen = overrides.tls_listen.clone();
+        }
+        if let Some(cert) = &overrides.cert {
+            config.tls.cert = Some(cert.clone());
+        }
+        if let Some(key) = &overrides.key {
+            config.tls.key = Some(key.clone());
+        }
         if let Some(workers) = overrides.workers {
             config.workers = workers;
         }
@@ -252,12 +330,23 @@ impl Config {
             }
             Some(_) => {}
         }
-        if self.listen.is_empty() {
-            return bad("listen", "at least one address is needed");
+        if self.listen.is_empty() && self.tls_listen.is_empty() {
+            return bad("listen", "at least one address is needed (in `listen` or `tls_listen`)");
         }
-        for (i, a) in self.listen.iter().enumerate() {
-            if self.listen[..i].contains(a) {
-                return bad("listen", format!("{a} is listed twice"));
+        let all: Vec<&SocketAddr> = self.listen.iter().chain(&self.tls_listen).collect();
+        for (i, a) in all.iter().enumerate() {
+            // Port 0 asks for any free port: two of them never collide.
+            if a.port() != 0 && all[..i].contains(a) {
+                let key = if i < self.listen.len() { "listen" } else { "tls_listen" };
+                return bad(key, format!("{a} is listed twice"));
+            }
+        }
+        if !self.tls_listen.is_empty() {
+            if self.tls.cert.is_none() {
+                return bad("tls.cert", "`tls_listen` needs a certificate: set tls.cert or pass --cert FILE");
+            }
+            if self.tls.key.is_none() {
+                return bad("tls.key", "`tls_listen` needs a private key: set tls.key or pass --key FILE");
             }
         }
         range("workers", self.workers, 0, 1024)?;

@@ -5,6 +5,7 @@ mod config;
 mod demo;
 mod server;
 mod stats;
+mod tls;
 mod transport;
 
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve files over HTTP/1.1 (sendfile, one pinned worker per CPU).
+    /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
 }
 
@@ -39,6 +40,16 @@ struct ServeArgs {
     /// Address to listen on; repeat for several. Port 0 picks a free port.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Vec<SocketAddr>,
+    /// Address to listen on for HTTPS; repeat for several. Needs --cert and --key
+    /// (or tls.cert and tls.key in the config file).
+    #[arg(long, value_name = "ADDR:PORT")]
+    tls_listen: Vec<SocketAddr>,
+    /// Default certificate chain (PEM) for HTTPS.
+    #[arg(long, value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM) of the default certificate.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
     /// Worker threads (default: one per CPU the process may use).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
@@ -72,6 +83,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         root: demo.as_ref().map(|d| d.root().to_owned()).or(args.root),
         listen: args.listen,
+        tls_listen: args.tls_listen,
+        cert: args.cert,
+        key: args.key,
         workers: args.workers,
         log_level: args.log_level,
     };

@@ -57,6 +57,14 @@ pub struct WorkerCounters {
     pub bad_requests: Counter,
     pub accept_errors: Counter,
     pub truncated: Counter,
+    pub tls_handshakes: Counter,
+    pub tls_handshake_failures: Counter,
+    /// Connections whose records the kernel protects (kTLS).
+    pub ktls_sessions: Counter,
+    /// Of those, the ones the NIC seals (TLS offload).
+    pub ktls_device_sessions: Counter,
+    /// Connections whose records are protected in user space.
+    pub usertls_sessions: Counter,
 }
 
 impl WorkerCounters {

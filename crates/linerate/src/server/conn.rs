@@ -137,7 +137,10 @@ impl<T: Transport> Conn<'_, T> {
             }
             self.served += 1;
             let max = self.settings.config.limits.max_requests_per_connection;
-            let keep_alive = self.req.keep_alive && !self.worker.is_shutting_down() && (max == 0 || self.served < max);
+            let keep_alive = self.req.keep_alive
+                && !self.worker.is_shutting_down()
+                && (max == 0 || self.served < max)
+                && !self.io.wants_close();
             let result = self.respond(keep_alive).await;
             self.count_body_bytes();
             match result {

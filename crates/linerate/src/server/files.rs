@@ -151,7 +151,7 @@ mod tests {
     use crate::config::Config;
 
     fn settings(root: &Path) -> Settings {
-        Settings::new(Config { root: Some(root.to_owned()), ..Config::default() }, 1, 1024).unwrap()
+        Settings::new(Config { root: Some(root.to_owned()), ..Config::default() }, 1, 1024, None).unwrap()
     }
 
     fn file_of(l: Result<Lookup, LookupError>) -> Rc<OpenFile> {
@@ -206,7 +206,7 @@ mod tests {
         // Allowed when configured.
         let mut config = Config { root: Some(root.clone()), ..Config::default() };
         config.follow_symlinks_outside_root = true;
-        let open = Settings::new(config, 1, 1024).unwrap();
+        let open = Settings::new(config, 1, 1024, None).unwrap();
         assert_eq!(file_of(cache.open(&open, b"escape")).stat.size_bytes, 1);
     }
 }

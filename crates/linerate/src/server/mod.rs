@@ -4,9 +4,10 @@
 //! the configuration, binds the listening sockets, starts one worker thread per CPU
 //! ([`worker`]), and then waits for signals and for workers that stop:
 //!
-//! - SIGHUP: reload the configuration file; on success every worker gets the new
-//!   [`Settings`] for the connections it accepts from then on; established
-//!   connections finish under the settings they started with. Listen addresses,
+//! - SIGHUP: reload the configuration file (and re-read the certificates); on
+//!   success every worker gets the new [`Settings`] for the connections it accepts
+//!   from then on; established connections finish under the settings they started
+//!   with. Listen addresses,
 //!   the worker count and connection limits need a restart (a reload that changes
 //!   them says so and keeps the running values). A bad file is reported and ignored.
 //! - SIGTERM / SIGINT: graceful shutdown (see [`worker`] for the steps), exit 0.
@@ -29,6 +30,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::config::{Config, Overrides};
 use crate::stats::WorkerCounters;
+use crate::tls::TlsRuntime;
 use settings::Settings;
 use worker::{Control, Launch};
 
@@ -53,9 +55,17 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     };
     let cpus = linerate_sys::allowed_cpus().context("cannot read the CPU affinity mask")?;
     let workers = if config.workers == 0 { cpus.len().max(1) } else { config.workers };
-    let settings = Arc::new(Settings::new(config, workers, nofile)?);
-    let (listeners, bound) =
-        listener::bind_all(&settings.config.listen, workers, settings.config.limits.listen_backlog)?;
+    let tls_runtime = if config.tls_listen.is_empty() {
+        None
+    } else {
+        let runtime = TlsRuntime::new(config.tls.kernel_tls)?;
+        runtime.kernel.log();
+        Some(runtime)
+    };
+    let settings = Arc::new(Settings::new(config, workers, nofile, tls_runtime.as_ref())?);
+    let backlog = settings.config.limits.listen_backlog;
+    let (listeners, bound) = listener::bind_all(&settings.config.listen, workers, backlog)?;
+    let (tls_listeners, tls_bound) = listener::bind_all(&settings.config.tls_listen, workers, backlog)?;
 
     let (events_tx, events) = mpsc::channel::<Event>();
     let signals_tx = events_tx.clone();
@@ -71,13 +81,14 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let mut controls = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     let mut counters = Vec::with_capacity(workers);
-    for (index, listeners) in listeners.into_iter().enumerate() {
+    for (index, (listeners, tls_listeners)) in listeners.into_iter().zip(tls_listeners).enumerate() {
         let (control_tx, control) = tokio::sync::mpsc::unbounded_channel();
         let worker_counters = Arc::new(WorkerCounters::default());
         let launch = Launch {
             index,
             cpu: Some(cpus[index % cpus.len()]),
             listeners,
+            tls_listeners,
             settings: settings.clone(),
             counters: worker_counters.clone(),
             control,
@@ -107,7 +118,11 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     // One write, so a reader sees all addresses at once.
-    let lines: String = bound.iter().map(|a| format!("listening http://{a}\n")).collect();
+    let lines: String = bound
+        .iter()
+        .map(|a| format!("listening http://{a}\n"))
+        .chain(tls_bound.iter().map(|a| format!("listening https://{a}\n")))
+        .collect();
     let mut out = std::io::stdout().lock();
     out.write_all(lines.as_bytes())?;
     out.flush()?;
@@ -118,7 +133,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let mut running = workers;
     loop {
         match events.recv() {
-            Ok(Event::Signal(SIGHUP)) => match reload(&current, &opts, workers, nofile) {
+            Ok(Event::Signal(SIGHUP)) => match reload(&current, &opts, workers, nofile, tls_runtime.as_ref()) {
                 Ok(new) => {
                     for c in &controls {
                         let _ = c.send(Control::Reload(new.clone()));
@@ -177,12 +192,23 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
 
 /// Loads the configuration again for SIGHUP. Keys that need a restart keep their
 /// running values, with a warning.
-fn reload(current: &Settings, opts: &ServeOptions, workers: usize, nofile: u64) -> anyhow::Result<Arc<Settings>> {
+fn reload(
+    current: &Settings,
+    opts: &ServeOptions,
+    workers: usize,
+    nofile: u64,
+    tls: Option<&TlsRuntime>,
+) -> anyhow::Result<Arc<Settings>> {
     let mut config = Config::load(opts.config_file.as_deref(), &opts.overrides)?;
     let running = &current.config;
-    if config.listen != running.listen {
-        tracing::warn!("`listen` changed: takes effect at restart");
+    if config.listen != running.listen || config.tls_listen != running.tls_listen {
+        tracing::warn!("`listen` and `tls_listen` changes take effect at restart");
         config.listen = running.listen.clone();
+        config.tls_listen = running.tls_listen.clone();
+    }
+    if config.tls.kernel_tls != running.tls.kernel_tls {
+        tracing::warn!("`tls.kernel_tls` changes take effect at restart");
+        config.tls.kernel_tls = running.tls.kernel_tls;
     }
     if config.workers != running.workers {
         tracing::warn!("`workers` changed: takes effect at restart");
@@ -201,5 +227,5 @@ fn reload(current: &Settings, opts: &ServeOptions, workers: usize, nofile: u64) 
         tracing::warn!("`log` settings take effect at restart");
         config.log = running.log.clone();
     }
-    Ok(Arc::new(Settings::new(config, workers, nofile)?))
+    Ok(Arc::new(Settings::new(config, workers, nofile, tls)?))
 }

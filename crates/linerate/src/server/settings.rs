@@ -15,6 +15,7 @@ use anyhow::Context;
 use linerate_http::request::Limits;
 
 use crate::config::Config;
+use crate::tls::{TlsRuntime, TlsSettings};
 
 pub struct Settings {
     pub config: Config,
@@ -32,14 +33,17 @@ pub struct Settings {
     /// CORS fields for responses when an origin is configured, pre-rendered.
     pub cors_fields: Vec<u8>,
     pub max_connections_per_worker: usize,
+    /// Present when HTTPS is configured.
+    pub tls: Option<TlsSettings>,
 }
 
 static OPENAT2_MISSING_LOGGED: AtomicBool = AtomicBool::new(false);
 
 impl Settings {
     /// Resolves a validated configuration. `workers` is the final worker count and
-    /// `nofile` the open-file limit in force, used to size connection limits.
-    pub fn new(config: Config, workers: usize, nofile: u64) -> anyhow::Result<Settings> {
+    /// `nofile` the open-file limit in force, used to size connection limits; `tls`
+    /// is needed when the configuration has HTTPS listeners.
+    pub fn new(config: Config, workers: usize, nofile: u64, tls: Option<&TlsRuntime>) -> anyhow::Result<Settings> {
         let root_path = config.root.clone().context("no content root")?;
         let root =
             File::open(&root_path).with_context(|| format!("cannot open content root {}", root_path.display()))?;
@@ -72,6 +76,11 @@ impl Settings {
             0 => auto_connections_per_worker(nofile, workers, config.open_file_cache.entries),
             n => n,
         };
+        let tls = match (config.tls_listen.is_empty(), tls) {
+            (true, _) => None,
+            (false, Some(runtime)) => Some(TlsSettings::new(&config.tls, runtime)?),
+            (false, None) => anyhow::bail!("HTTPS listeners without TLS start-up state"),
+        };
         Ok(Settings {
             config,
             root,
@@ -82,6 +91,7 @@ impl Settings {
             common_fields,
             cors_fields,
             max_connections_per_worker,
+            tls,
         })
     }
 
@@ -146,7 +156,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let mut config = Config { root: Some(dir), ..Config::default() };
         config.mime.insert("MP4".into(), "video/x-custom".into());
-        let s = Settings::new(config, 1, 1024).unwrap();
+        let s = Settings::new(config, 1, 1024, None).unwrap();
         assert_eq!(s.content_type(b"a/b.mp4"), "video/x-custom");
         assert_eq!(s.content_type(b"a/b.m3u8"), "application/vnd.apple.mpegurl");
         assert_eq!(s.content_type(b"noext"), "application/octet-stream");

@@ -23,14 +23,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use linerate_http::date::DateCache;
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
 use super::conn;
 use super::files::FileCache;
 use super::settings::Settings;
 use crate::stats::{ErrorKind, WorkerCounters};
+use crate::tls::handshake::{self, HandshakeError};
+use crate::tls::record::{cipher_parts, Protocol};
+use crate::transport::ktls::Ktls;
 use crate::transport::plain::Plain;
+use crate::transport::usertls::{RecordBuffers, UserTls};
 
 /// Messages from the supervisor.
 pub enum Control {
@@ -46,6 +51,8 @@ pub struct Worker {
     pub files: RefCell<FileCache>,
     pub date: RefCell<DateCache>,
     pub counters: Arc<WorkerCounters>,
+    /// Record batch buffers for user-space TLS connections.
+    pub record_buffers: Rc<RecordBuffers>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
@@ -81,6 +88,7 @@ pub struct Launch {
     pub index: usize,
     pub cpu: Option<usize>,
     pub listeners: Vec<std::net::TcpListener>,
+    pub tls_listeners: Vec<std::net::TcpListener>,
     pub settings: Arc<Settings>,
     pub counters: Arc<WorkerCounters>,
     pub control: mpsc::UnboundedReceiver<Control>,
@@ -100,7 +108,7 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, settings, counters, mut control } = launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control } = launch;
     let max_connections = settings.max_connections_per_worker;
     let drain = settings.config.timeouts.drain;
     let worker = Rc::new(Worker {
@@ -112,6 +120,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         settings: RefCell::new(settings),
         date: RefCell::new(DateCache::default()),
         counters,
+        record_buffers: Rc::new(RecordBuffers::default()),
         shutting_down: Cell::new(false),
         shutdown: Notify::new(),
         boundary_seq: Cell::new(0),
@@ -119,9 +128,11 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     });
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut accepters = Vec::new();
-    for listener in listeners {
+    let kinds =
+        listeners.into_iter().map(|l| (l, Scheme::Http)).chain(tls_listeners.into_iter().map(|l| (l, Scheme::Https)));
+    for (listener, scheme) in kinds {
         let listener = TcpListener::from_std(listener)?;
-        accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, slots.clone())));
+        accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, scheme, slots.clone())));
     }
     tracing::debug!(worker = index, cpu, max_connections, "worker started");
 
@@ -154,7 +165,14 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, slots: Arc<Semaphore>) {
+/// What a listener speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    Http,
+    Https,
+}
+
+async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, slots: Arc<Semaphore>) {
     let mut last_warning: Option<Instant> = None;
     loop {
         // Full: stop accepting (the kernel keeps queueing in the backlog) until a
@@ -184,13 +202,92 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, slots: Arc<Semap
             tracing::debug!("TCP_NODELAY: {e}");
         }
         let settings = worker.settings.borrow().clone();
-        let transport = Plain::new(stream, settings.config.timeouts.send);
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
             // Counted closed and the slot given back even if the task panics.
             let _open = OpenConnection { worker: worker.clone(), _permit: permit };
-            conn::serve(transport, &worker, &settings).await;
+            match scheme {
+                Scheme::Http => {
+                    conn::serve(Plain::new(stream, settings.config.timeouts.send), &worker, &settings).await;
+                }
+                Scheme::Https => serve_tls(stream, &worker, &settings).await,
+            }
         });
+    }
+}
+
+/// Handshake, then serve over kernel TLS when the kernel takes this session's
+/// version and cipher, over the user-space record layer otherwise.
+async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings) {
+    let Some(tls) = settings.tls.as_ref() else { return };
+    let counters = &worker.counters;
+    let handshake = handshake::accept(&mut stream, tls.server_config.clone());
+    let established = match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
+        Ok(Ok(est)) => est,
+        Ok(Err(HandshakeError::PlainHttp)) => {
+            counters.error(ErrorKind::BadRequest);
+            let body = "400 Bad Request: plain HTTP was sent to an HTTPS port\n";
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
+            crate::transport::close_tcp(stream, true).await;
+            return;
+        }
+        Ok(Err(e)) => {
+            counters.tls_handshake_failures.add(1);
+            tracing::debug!(worker = worker.index, "TLS handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            counters.tls_handshake_failures.add(1);
+            counters.error(ErrorKind::Timeout);
+            return;
+        }
+    };
+    counters.tls_handshakes.add(1);
+    let version = match established.protocol {
+        Protocol::Tls12 => linerate_sys::ktls::Version::Tls12,
+        Protocol::Tls13 => linerate_sys::ktls::Version::Tls13,
+    };
+    let (cipher, _, _) = cipher_parts(&established.secrets.tx.1);
+    let send_timeout = settings.config.timeouts.send;
+    if tls.kernel.supports(version, cipher) {
+        let addrs = stream.local_addr().and_then(|l| Ok((l, stream.peer_addr()?)));
+        match Ktls::new(stream, established, send_timeout, tls.zerocopy_sendfile) {
+            Ok(transport) => {
+                counters.ktls_sessions.add(1);
+                count_offload(worker, addrs);
+                conn::serve(transport, worker, settings).await;
+            }
+            Err(e) => {
+                counters.tls_handshake_failures.add(1);
+                tracing::warn!(
+                    worker = worker.index,
+                    "cannot hand the TLS session to the kernel: {e}; connection closed"
+                );
+            }
+        }
+    } else {
+        counters.usertls_sessions.add(1);
+        let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
+        conn::serve(transport, worker, settings).await;
+    }
+}
+
+/// Asks the kernel whether this session's records are sealed by the NIC (TLS
+/// offload, which Linux picks by itself when the NIC offers it) or in software.
+fn count_offload(worker: &Worker, addrs: std::io::Result<(std::net::SocketAddr, std::net::SocketAddr)>) {
+    use linerate_sys::sockdiag::{self, TlsConf};
+    let info = addrs.and_then(|(local, peer)| sockdiag::tls_info(local, peer));
+    match info {
+        Ok(Some(info)) if matches!(info.tx, Some(TlsConf::Hardware | TlsConf::HardwareRecord)) => {
+            worker.counters.ktls_device_sessions.add(1)
+        }
+        Ok(Some(_)) => {}
+        Ok(None) => tracing::debug!(worker = worker.index, "kTLS socket reports no TLS info"),
+        Err(e) => tracing::debug!(worker = worker.index, "sock_diag: {e}"),
     }
 }
 

@@ -7,6 +7,11 @@
 //! - [`plain::Plain`]: request bytes are read from the socket; response heads are
 //!   sent with `send(MSG_MORE)` so they share a segment with the first body bytes;
 //!   bodies go out with `sendfile(2)` straight from the page cache.
+//! - [`ktls::Ktls`]: the same send path on a socket that holds the TLS keys; the
+//!   kernel seals records. Reads use `recvmsg` to see alerts.
+//! - [`usertls::UserTls`]: the fallback when the kernel has no TLS: file data is read
+//!   with one `preadv` into the payload slots of a batch of records, sealed in place
+//!   and written with one `write` (one copy of each body byte).
 //!
 //! Every transport waits for writability itself, bounded by the send timeout (no
 //! progress for that long ends the connection), so a client that stops reading
@@ -15,7 +20,12 @@
 use std::fs::File;
 use std::io;
 
+pub mod ktls;
 pub mod plain;
+mod socket;
+pub mod usertls;
+
+pub use socket::close as close_tcp;
 
 /// Why sending a response stopped.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +55,12 @@ pub trait Transport {
     /// Body bytes sent on this connection so far (by `send_file`), including
     /// those of a response that failed halfway: what the client may have received.
     fn body_bytes_sent(&self) -> u64;
+
+    /// Whether the connection should close after the current response (for TLS:
+    /// the current key is near its confidentiality limit and cannot be renewed).
+    fn wants_close(&self) -> bool {
+        false
+    }
 
     /// Closes the connection. With `linger`, the sending side is shut first and
     /// whatever the client still sends is read and dropped for a short while, so

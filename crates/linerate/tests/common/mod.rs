@@ -9,12 +9,17 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod tls;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
 /// A running `linerate serve`.
 pub struct Server {
     pub child: Child,
+    /// Plain HTTP addresses, in the order printed.
     pub addrs: Vec<SocketAddr>,
+    /// HTTPS addresses, in the order printed.
+    pub tls_addrs: Vec<SocketAddr>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -46,7 +51,7 @@ impl Server {
     }
 
     pub fn spawn(mut cmd: Command) -> Server {
-        let listens = cmd.get_args().filter(|a| *a == "--listen").count().max(1);
+        let listens = cmd.get_args().filter(|a| *a == "--listen" || *a == "--tls-listen").count().max(1);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start linerate");
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -61,6 +66,7 @@ impl Server {
         });
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut addrs = Vec::new();
+        let mut tls_addrs = Vec::new();
         let mut line = String::new();
         loop {
             line.clear();
@@ -71,9 +77,13 @@ impl Server {
             }
             if let Some(a) = line.trim().strip_prefix("listening http://") {
                 addrs.push(a.parse().unwrap());
-                if addrs.len() == listens {
-                    break;
-                }
+            } else if let Some(a) = line.trim().strip_prefix("listening https://") {
+                tls_addrs.push(a.parse().unwrap());
+            }
+            // All listening lines come in one write: once the expected ones are in,
+            // take any others (from a config file) that arrived with them.
+            if addrs.len() + tls_addrs.len() >= listens && !out.buffer().starts_with(b"listening ") {
+                break;
             }
         }
         // Keep draining stdout so the server never blocks on a full pipe.
@@ -81,7 +91,7 @@ impl Server {
             let mut sink = Vec::new();
             let _ = out.read_to_end(&mut sink);
         });
-        Server { child, addrs, stderr }
+        Server { child, addrs, tls_addrs, stderr }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -90,6 +100,12 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr(), path)
+    }
+
+    /// `https://localhost:PORT/path` for the first HTTPS listener (the test
+    /// certificates are issued for `localhost`).
+    pub fn tls_url(&self, path: &str) -> String {
+        format!("https://localhost:{}{}", self.tls_addrs[0].port(), path)
     }
 
     pub fn pid(&self) -> u32 {
