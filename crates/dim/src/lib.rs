@@ -14,9 +14,12 @@
 //! - when the index changes, `feed` returns the new profile; the caller programs the
 //!   hardware and calls [`Tuner::applied`], and a clean window starts under it.
 //!
-//! Beyond the algorithm drivers run, counters are 64-bit, a counter that goes down
-//! (queue reset) starts a new window, and a window that stays idle decays the
-//! profile toward low latency ([`TunerConfig::idle_decay_usecs`]).
+//! Beyond the algorithm drivers run: counters are 64-bit; a counter that goes down
+//! (queue reset) starts a new window; a window that stays idle decays the profile
+//! toward low latency ([`TunerConfig::idle_decay_usecs`]); a step that changed
+//! nothing parks instead of bouncing ([`TunerConfig::park_when_unchanged`]); and the
+//! interrupt rate is computed from the real count, so windows closed by a timer
+//! (a user-space controller) measure it as well as windows closed at 64 interrupts.
 //!
 //! The crate does no I/O: the simulator and the NIC controller in the `linerate`
 //! binary drive it.

@@ -30,8 +30,10 @@ impl Sample {
 pub struct WindowStats {
     pub packets_per_ms: u64,
     pub bytes_per_ms: u64,
-    /// `EVENTS_PER_WINDOW` scaled by the window's length: it measures how quickly
-    /// the window filled, so a lower value means fewer interrupts per unit of time.
+    /// Interrupts per millisecond. Drivers compute it from the fixed window size
+    /// (64) rather than the count, which is the same thing when every window closes
+    /// at exactly 64 events; a user-space controller samples on a timer, its windows
+    /// overshoot by any amount, and only the real count measures the rate.
     pub events_per_ms: u64,
 }
 
@@ -45,7 +47,7 @@ fn per_ms(count: u64, usecs: u64) -> u64 {
 impl WindowStats {
     /// Rates between two samples; `None` when no time passed (no decision can be
     /// taken on an empty interval) or the counters went back.
-    pub fn between(start: &Sample, end: &Sample, events_per_window: u64) -> Option<WindowStats> {
+    pub fn between(start: &Sample, end: &Sample) -> Option<WindowStats> {
         if end.went_back_from(start) {
             return None;
         }
@@ -56,7 +58,7 @@ impl WindowStats {
         Some(WindowStats {
             packets_per_ms: per_ms(end.packets - start.packets, usecs),
             bytes_per_ms: per_ms(end.bytes - start.bytes, usecs),
-            events_per_ms: per_ms(events_per_window, usecs),
+            events_per_ms: per_ms(end.events - start.events, usecs),
         })
     }
 }
@@ -116,17 +118,17 @@ mod tests {
     fn rates_round_up_and_need_time() {
         let a = Sample { time_usecs: 1000, packets: 0, bytes: 0, events: 0 };
         let b = Sample { time_usecs: 4000, packets: 1, bytes: 1500, events: 64 };
-        let s = WindowStats::between(&a, &b, 64).unwrap();
+        let s = WindowStats::between(&a, &b).unwrap();
         assert_eq!(s, stats(1, 500, 22)); // 1/3 -> 1, 1500/3 = 500, 64/3 -> 22
-        assert_eq!(WindowStats::between(&a, &Sample { time_usecs: 1000, ..b }, 64), None);
-        assert_eq!(WindowStats::between(&b, &a, 64), None);
+        assert_eq!(WindowStats::between(&a, &Sample { time_usecs: 1000, ..b }), None);
+        assert_eq!(WindowStats::between(&b, &a), None);
     }
 
     #[test]
     fn huge_counters_saturate_instead_of_overflowing() {
         let a = Sample::default();
         let b = Sample { time_usecs: 1, packets: u64::MAX, bytes: u64::MAX, events: u64::MAX };
-        let s = WindowStats::between(&a, &b, u64::MAX).unwrap();
+        let s = WindowStats::between(&a, &b).unwrap();
         assert_eq!(s, stats(u64::MAX, u64::MAX, u64::MAX));
     }
 

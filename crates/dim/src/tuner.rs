@@ -153,7 +153,7 @@ impl Tuner {
         if events < self.config.events_per_window {
             return self.decay_if_idle(&start, &sample);
         }
-        let stats = WindowStats::between(&start, &sample, self.config.events_per_window)?;
+        let stats = WindowStats::between(&start, &sample)?;
         let before = self.index;
         self.decide(&stats);
         if self.index != before {

@@ -3,6 +3,7 @@
 
 mod config;
 mod demo;
+mod dim_sim;
 mod server;
 mod stats;
 mod transport;
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 (sendfile, one pinned worker per CPU).
     Serve(ServeArgs),
+    /// Dynamic interrupt moderation tools (`dim simulate`).
+    Dim(dim_sim::DimArgs),
 }
 
 #[derive(Args)]
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Dim(args) => dim_sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
