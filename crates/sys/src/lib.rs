@@ -13,6 +13,8 @@
 //! - every `unsafe` block carries a `SAFETY:` comment stating the invariant it relies on;
 //! - kernel quirks are written down at the call site with the kernel version.
 
+pub mod ethtool;
+
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::mem::MaybeUninit;
