@@ -7,6 +7,7 @@ mod dim_sim;
 mod server;
 mod stats;
 mod transport;
+mod tune;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +30,9 @@ enum Command {
     Serve(ServeArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
     Dim(dim_sim::DimArgs),
+    /// Check (and with --apply, change) host settings a serving box depends on;
+    /// `tune dim` runs the interrupt-moderation controller on a NIC.
+    Tune(tune::TuneArgs),
 }
 
 #[derive(Args)]
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Dim(args) => dim_sim::run(args),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
