@@ -103,8 +103,17 @@ impl Host {
     }
 
     pub fn nic(&self, name: &str) -> Option<Nic> {
+        if !self.exists(&format!("sys/class/net/{name}/device")) {
+            return None;
+        }
+        self.interface(name)
+    }
+
+    /// Any interface, with or without a device (veth, bridges): what `nic` reads,
+    /// with an empty driver and no interrupts when there is no device.
+    pub fn interface(&self, name: &str) -> Option<Nic> {
         let base = format!("sys/class/net/{name}");
-        if !self.exists(&format!("{base}/device")) {
+        if name.is_empty() || name.contains('/') || !self.exists(&base) {
             return None;
         }
         let driver = self

@@ -8,8 +8,11 @@
 //! on fixture trees in tests and on a snapshot copied from another machine.
 
 mod checks;
+mod counters;
 mod features;
 mod host;
+pub mod moderation;
+mod nic;
 mod state;
 
 use std::path::{Path, PathBuf};
@@ -40,11 +43,14 @@ pub struct TuneArgs {
 }
 
 #[derive(Subcommand)]
-enum TuneCommand {}
+enum TuneCommand {
+    /// Drive a NIC's receive interrupt coalescing with DIM (see docs/DIM.md).
+    Dim(moderation::DimArgs),
+}
 
 pub fn run(args: TuneArgs) -> anyhow::Result<()> {
-    if let Some(command) = args.command {
-        match command {}
+    if let Some(TuneCommand::Dim(a)) = args.command {
+        return moderation::run(&a);
     }
     let sysroot =
         args.sysroot.canonicalize().map_err(|e| anyhow::anyhow!("--sysroot {}: {e}", args.sysroot.display()))?;
