@@ -3,10 +3,12 @@
 
 mod config;
 mod demo;
+mod dim_sim;
 mod server;
 mod stats;
 mod tls;
 mod transport;
+mod tune;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +29,11 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
+    /// Dynamic interrupt moderation tools (`dim simulate`).
+    Dim(dim_sim::DimArgs),
+    /// Check (and with --apply, change) host settings a serving box depends on;
+    /// `tune dim` runs the interrupt-moderation controller on a NIC.
+    Tune(tune::TuneArgs),
 }
 
 #[derive(Args)]
@@ -68,6 +75,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Dim(args) => dim_sim::run(args),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

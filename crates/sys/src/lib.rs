@@ -18,6 +18,8 @@
 pub mod ktls;
 pub mod sockdiag;
 
+pub mod ethtool;
+
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::mem::MaybeUninit;
