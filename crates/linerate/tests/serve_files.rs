@@ -89,7 +89,9 @@ fn file_replaced_by_rename_keeps_sending_the_old_inode() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("got");
     let mut dl = slow_download(&s.url("/movie.mp4"), &out);
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
+        .map(|m| m.len() > 1 << 20)
+        .unwrap_or(false)));
     let new = c.write_random("movie.mp4.tmp", 1 << 20, 32);
     std::fs::rename(c.path().join("movie.mp4.tmp"), c.path().join("movie.mp4")).unwrap();
     assert!(dl.wait().unwrap().success());
@@ -108,8 +110,11 @@ fn file_truncated_during_transfer_ends_the_connection() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("got");
     let mut dl = slow_download(&s.url("/movie.mp4"), &out);
-    std::thread::sleep(Duration::from_millis(500));
-    // Well beyond what can have been sent after 0.5 s at 16 MB/s plus socket buffers.
+    // Truncate once the transfer is under way (its Content-Length is the full size).
+    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
+        .map(|m| m.len() > 1 << 20)
+        .unwrap_or(false)));
+    // Well beyond what can have been sent by now at 16 MB/s plus socket buffers.
     let keep = 40 << 20;
     std::fs::OpenOptions::new().write(true).open(c.path().join("movie.mp4")).unwrap().set_len(keep as u64).unwrap();
     let status = dl.wait_timeout_or_kill(Duration::from_secs(20));
