@@ -17,6 +17,7 @@
 
 pub mod ktls;
 pub mod sockdiag;
+pub mod tcp;
 
 pub mod ethtool;
 

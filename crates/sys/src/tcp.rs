@@ -1,0 +1,158 @@
+//! TCP socket options and statistics the server reads or sets itself.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+fn getsockopt_bytes(sock: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most `len` and
+    // updates `len` with the size written. The descriptor is borrowed.
+    let ret = unsafe { libc::getsockopt(sock.as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) };
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(len as usize)
+    }
+}
+
+fn setsockopt_bytes(sock: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `value` is valid for its length for the call; the kernel only reads it.
+    let ret = unsafe {
+        libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
+    };
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The parts of `struct tcp_info` (linux/tcp.h) the server samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// Unrecovered retransmission timeouts.
+    pub retransmits: u8,
+    pub rtt_usecs: u32,
+    pub rtt_var_usecs: u32,
+    pub snd_cwnd_segments: u32,
+    pub total_retrans: u32,
+    pub pacing_rate_bytes: u64,
+    /// 0 on kernels before 4.9.
+    pub delivery_rate_bytes: u64,
+    /// 0 on kernels before 4.19.
+    pub bytes_sent: u64,
+    /// 0 on kernels before 4.19.
+    pub bytes_retrans: u64,
+}
+
+/// Reads `TCP_INFO`. Fields the running kernel does not report are 0.
+pub fn tcp_info(sock: BorrowedFd<'_>) -> io::Result<TcpInfo> {
+    let mut raw = [0u8; 256];
+    let len = getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_INFO, &mut raw)?;
+    let raw = &raw[..len];
+    // Offsets of struct tcp_info, stable since each field was added.
+    let u32_at = |o: usize| raw.get(o..o + 4).map_or(0, |b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
+    let u64_at = |o: usize| raw.get(o..o + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+    Ok(TcpInfo {
+        retransmits: raw.get(2).copied().unwrap_or(0),
+        rtt_usecs: u32_at(68),
+        rtt_var_usecs: u32_at(72),
+        snd_cwnd_segments: u32_at(80),
+        total_retrans: u32_at(100),
+        pacing_rate_bytes: u64_at(104),
+        delivery_rate_bytes: u64_at(160),
+        bytes_sent: u64_at(200),
+        bytes_retrans: u64_at(208),
+    })
+}
+
+/// The CPU whose softirq received the connection's packets (`SO_INCOMING_CPU`,
+/// Linux 3.19+): for a just-accepted socket, the CPU that took its SYN.
+pub fn incoming_cpu(sock: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut v = [0u8; 4];
+    getsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_INCOMING_CPU, &mut v)?;
+    let cpu = i32::from_ne_bytes(v);
+    if cpu < 0 {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "no incoming CPU recorded"));
+    }
+    Ok(cpu as usize)
+}
+
+/// Sets the congestion control algorithm (`TCP_CONGESTION`), e.g. `bbr`. Sockets
+/// accepted from a listener inherit it.
+pub fn set_congestion_control(sock: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    setsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_bytes())
+}
+
+/// The congestion control algorithm in use.
+pub fn congestion_control(sock: BorrowedFd<'_>) -> io::Result<String> {
+    let mut buf = [0u8; 32];
+    let n = getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut buf)?;
+    let name = &buf[..n];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Caps the pacing rate (`SO_MAX_PACING_RATE`, bytes per second; honoured by the fq
+/// qdisc and by TCP's internal pacing).
+pub fn set_max_pacing_rate(sock: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
+    // The option takes a u64 since Linux 4.20, a u32 before; a u32 value works on both
+    // when it fits.
+    match u32::try_from(bytes_per_sec) {
+        Ok(v) => setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &v.to_ne_bytes()),
+        Err(_) => setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_sec.to_ne_bytes()),
+    }
+}
+
+/// Limits unsent data queued in the socket (`TCP_NOTSENT_LOWAT`): the socket reports
+/// writable only when less than this is waiting, so a slow client holds less memory.
+pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
+    setsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &bytes.to_ne_bytes())
+}
+
+/// Reads an integer socket option, for tests that check what a socket inherited.
+pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut v = [0u8; 4];
+    getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &mut v)?;
+    Ok(u32::from_ne_bytes(v))
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of CPU times in /proc.
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf only reads a constant.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// The calling thread's kernel id (for its CPU time in /proc/self/task/TID/stat).
+pub fn current_tid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn options_round_trip_and_are_inherited() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_congestion_control(listener.as_fd(), "reno").unwrap();
+        set_notsent_lowat(listener.as_fd(), 131072).unwrap();
+        set_max_pacing_rate(listener.as_fd(), 10_000_000).unwrap();
+        assert!(set_congestion_control(listener.as_fd(), "no-such-algorithm").is_err());
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert_eq!(congestion_control(server.as_fd()).unwrap(), "reno");
+        assert_eq!(notsent_lowat(server.as_fd()).unwrap(), 131072);
+        let _ = incoming_cpu(server.as_fd()).unwrap();
+        let info = tcp_info(client.as_fd()).unwrap();
+        assert!(info.snd_cwnd_segments > 0, "{info:?}");
+        assert!(current_tid() > 0);
+    }
+}
