@@ -24,6 +24,7 @@
 # Every load is bounded by wrk's duration; all servers are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0
@@ -62,32 +63,8 @@ cleanup() {
 trap cleanup EXIT
 
 # --- content -------------------------------------------------------------
-mkdir -p "$dir"
-size=$((file_mib * 1024 * 1024))
-for i in $(seq 1 "$files"); do
-    f="$dir/f$i.bin"
-    if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
-        head -c "$size" /dev/urandom > "$f"
-    fi
-    cat "$f" > /dev/null # into the page cache
-done
-
-cat > "$work/range.lua" <<EOF
-local n = 0
-local files = $files
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-2097151" })
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format("RESULT bytes=%d requests=%d duration_us=%d errors=%d status=%d\n",
-    summary.bytes, summary.requests, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status))
-end
-EOF
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+make_content "$dir" "$files" "$file_mib"
+write_range_lua "$work/range.lua" "$files"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
     -keyout "$work/key.pem" -out "$work/cert.pem" 2> /dev/null
@@ -137,13 +114,10 @@ pids+=($!)
 nginx_master=$!
 
 "$bin" serve --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
-    --key "$work/key.pem" --workers "$workers" --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
+    --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
 pids+=($!)
 linerate_pid=$!
-for _ in $(seq 1 100); do
-    grep -q '^listening https://' "$work/linerate.out" 2>/dev/null && break
-    sleep 0.05
-done
+wait_for_line "$work/linerate.out" '^listening https://' || true
 linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
 linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
@@ -152,9 +126,7 @@ for _ in $(seq 1 100); do
     sleep 0.05
 done
 
-clk=$(getconf CLK_TCK)
-# utime+stime of a process and its threads; for nginx, all of the master's children.
-proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
+# CPU ticks of a server: for nginx, the master and all its workers.
 server_ticks() {
     case "$1" in
         nginx)
@@ -164,8 +136,6 @@ server_ticks() {
         linerate) proc_ticks "$linerate_pid" ;;
     esac
 }
-# busy ticks of the whole machine: user nice system irq softirq steal
-machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
 url_of() {
     case "$1/$2" in
@@ -186,14 +156,7 @@ run_one() {
     s0=$(server_ticks "$server"); m0=$(machine_busy)
     out=$(wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$(url_of "$server" "$proto")")
     s1=$(server_ticks "$server"); m1=$(machine_busy)
-    echo "$out" | awk -v srv="$server" -v w="$proto/$c" -v ds=$((s1 - s0)) -v dm=$((m1 - m0)) -v clk="$clk" '
-        /^RESULT/ {
-            for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
-            gb = r["bytes"] / 1e9
-            if (gb == 0) gb = 1e-9
-            printf "%s %s %.2f %.4f %.4f %d %d\n", srv, w, r["bytes"] * 8 / r["duration_us"] / 1000,
-                (ds / clk) / gb, (dm / clk) / gb, r["requests"], r["errors"] + r["status"]
-        }' >> "$results"
+    echo "$out" | wrk_row "$server" "$proto/$c" $((s1 - s0)) $((m1 - m0)) >> "$results"
     tail -1 "$results" | awk '{ printf "  %-8s %-10s %7.2f Gb/s  server %.4f CPU-s/GB  machine %.4f CPU-s/GB  errors %d\n", $1, $2, $3, $4, $5, $7 }'
 }
 
@@ -228,7 +191,6 @@ sleep 0.3
 iperf=$(iperf3 -c 127.0.0.1 -p "$iperf_port" -Z -t "$duration" 2>/dev/null | awk '/receiver/ { print $(NF-2) " " $(NF-1) }')
 
 # --- summary ---------------------------------------------------------------
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { awk -v s="$1" -v w="$2" -v k="$3" '$1 == s && $2 == w { print $k }' "$results" | median; }
 echo
 echo "| workload | nginx Gb/s | linerate Gb/s | ratio | nginx server CPU-s/GB | linerate server CPU-s/GB | nginx machine CPU-s/GB | linerate machine CPU-s/GB |"

@@ -1,0 +1,69 @@
+# Helpers shared by the benchmark scripts (sourced, not run).
+
+# make_content DIR FILES MIB: FILES random files of MIB MiB (f1.bin ...), kept across
+# runs when their size is right, and read once into the page cache.
+make_content() {
+    local dir=$1 files=$2 mib=$3 size i f
+    mkdir -p "$dir"
+    size=$((mib * 1024 * 1024))
+    for i in $(seq 1 "$files"); do
+        f="$dir/f$i.bin"
+        if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
+            head -c "$size" /dev/urandom > "$f"
+        fi
+        cat "$f" > /dev/null
+    done
+}
+
+# write_range_lua FILE FILES: a wrk script asking `Range: bytes=0-2097151` of the next
+# of FILES files per request, and printing an exact RESULT line at the end.
+write_range_lua() {
+    cat > "$1" <<LUA
+local n = 0
+local files = $2
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-2097151" })
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT bytes=%d requests=%d duration_us=%d errors=%d status=%d\n",
+    summary.bytes, summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status))
+end
+LUA
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# utime+stime (clock ticks) of a process, all its threads included.
+proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
+
+# Busy ticks of the whole machine: user nice system irq softirq steal.
+machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+
+# median of the numbers on stdin.
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# wait_for_line FILE PATTERN: up to 5 s for a line matching PATTERN in FILE.
+wait_for_line() {
+    local i
+    for i in $(seq 1 100); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# wrk_row LABEL WORKLOAD DS_TICKS DM_TICKS: turns wrk's RESULT line (stdin) into
+# "LABEL WORKLOAD gbps server_cpu_s_per_gb machine_cpu_s_per_gb requests errors".
+wrk_row() {
+    awk -v srv="$1" -v w="$2" -v ds="$3" -v dm="$4" -v clk="$(getconf CLK_TCK)" '
+        /^RESULT/ {
+            for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
+            gb = r["bytes"] / 1e9
+            if (gb == 0) gb = 1e-9
+            printf "%s %s %.2f %.4f %.4f %d %d\n", srv, w, r["bytes"] * 8 / r["duration_us"] / 1000,
+                (ds / clk) / gb, (dm / clk) / gb, r["requests"], r["errors"] + r["status"]
+        }'
+}
