@@ -24,6 +24,33 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in a fixed order (see [`Status::index`]).
+    pub const ALL: [Status; 18] = [
+        Status::Ok,
+        Status::NoContent,
+        Status::PartialContent,
+        Status::MovedPermanently,
+        Status::NotModified,
+        Status::BadRequest,
+        Status::Forbidden,
+        Status::NotFound,
+        Status::MethodNotAllowed,
+        Status::RequestTimeout,
+        Status::PreconditionFailed,
+        Status::ContentTooLarge,
+        Status::UriTooLong,
+        Status::RangeNotSatisfiable,
+        Status::HeaderFieldsTooLarge,
+        Status::InternalServerError,
+        Status::ServiceUnavailable,
+        Status::VersionNotSupported,
+    ];
+
+    /// This status's position in [`Status::ALL`], for per-status counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn code(self) -> u16 {
         match self {
             Status::Ok => 200,
@@ -163,6 +190,13 @@ mod tests {
             String::from_utf8(buf).unwrap(),
             "HTTP/1.1 206 Partial Content\r\nContent-Type: video/mp4\r\nContent-Length: 10\r\nContent-Range: bytes 0-9/100\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn all_is_in_index_order() {
+        for (i, s) in Status::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i);
+        }
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
     pub tls: Tls,
+    pub tcp: Tcp,
+    pub stats: Stats,
+    pub admin: Admin,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -81,6 +84,9 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
             tls: Tls::default(),
+            tcp: Tcp::default(),
+            stats: Stats::default(),
+            admin: Admin::default(),
             log: Log::default(),
             mime: BTreeMap::new(),
         }
@@ -224,6 +230,62 @@ impl Default for Tls {
     }
 }
 
+/// Socket settings applied to the listening sockets, which accepted connections
+/// inherit (so they cost nothing per connection).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Tcp {
+    /// Congestion control, e.g. `bbr`; empty keeps the kernel default.
+    pub congestion_control: String,
+    /// `SO_MAX_PACING_RATE` per connection in megabits per second; 0 = no cap.
+    pub max_pacing_rate_mbps: u64,
+    /// `SO_SNDBUF`; 0 leaves the kernel's autotuning on.
+    pub send_buffer_bytes: u32,
+    /// `TCP_NOTSENT_LOWAT`; 0 keeps the system default.
+    pub notsent_lowat_bytes: u32,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Stats {
+    /// Fraction of connections whose TCP_INFO is sampled (0 to 1).
+    pub tcp_info_sample: f64,
+    /// How often a sampled connection is read while a response is being sent.
+    #[serde(with = "humantime_serde")]
+    pub tcp_info_interval: Duration,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats { tcp_info_sample: 0.01, tcp_info_interval: Duration::from_secs(1) }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    /// Serve /metrics, /status, /healthz and /load.
+    pub enabled: bool,
+    /// Where; keep it on a private address.
+    pub listen: SocketAddr,
+    /// Connections at which /load reports no spare capacity; 0 = all workers'
+    /// connection limits together.
+    pub capacity_connections: u64,
+    /// Body throughput (Gb/s) at which /load reports no spare capacity; 0 = not used.
+    pub capacity_gbps: f64,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            enabled: true,
+            listen: "127.0.0.1:9090".parse().expect("valid default address"),
+            capacity_connections: 0,
+            capacity_gbps: 0.0,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -256,6 +318,8 @@ pub struct Overrides {
     pub key: Option<PathBuf>,
     pub workers: Option<usize>,
     pub log_level: Option<String>,
+    pub admin: Option<SocketAddr>,
+    pub no_admin: bool,
 }
 
 impl Config {
@@ -305,6 +369,13 @@ impl Config {
         }
         if let Some(level) = &overrides.log_level {
             config.log.level = level.clone();
+        }
+        if let Some(admin) = overrides.admin {
+            config.admin.listen = admin;
+            config.admin.enabled = true;
+        }
+        if overrides.no_admin {
+            config.admin.enabled = false;
         }
         config.validate().map_err(|(key, problem)| ConfigError { file: file.map(Path::to_owned), key, problem })?;
         Ok(config)
@@ -384,6 +455,25 @@ impl Config {
             if d.is_zero() {
                 return bad(key, "must be longer than 0s");
             }
+        }
+        let cc = &self.tcp.congestion_control;
+        if cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return bad("tcp.congestion_control", format!("{cc:?} is not a congestion control name like `bbr`"));
+        }
+        if !(0.0..=1.0).contains(&self.stats.tcp_info_sample) {
+            return bad(
+                "stats.tcp_info_sample",
+                format!("{} is not a fraction between 0 and 1", self.stats.tcp_info_sample),
+            );
+        }
+        if self.stats.tcp_info_interval.is_zero() {
+            return bad("stats.tcp_info_interval", "must be longer than 0s");
+        }
+        if !(self.admin.capacity_gbps >= 0.0 && self.admin.capacity_gbps.is_finite()) {
+            return bad("admin.capacity_gbps", "must be 0 or more");
+        }
+        if self.admin.enabled && all.contains(&&self.admin.listen) && self.admin.listen.port() != 0 {
+            return bad("admin.listen", format!("{} is also a serving address", self.admin.listen));
         }
         if tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err() {
             return bad(

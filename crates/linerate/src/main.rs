@@ -1,12 +1,15 @@
 //! The `linerate` command: `linerate serve` runs the media server.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod config;
 mod demo;
 mod dim_sim;
 mod server;
+mod stat;
 mod stats;
 mod tls;
+mod topology;
 mod transport;
 mod tune;
 
@@ -29,6 +32,9 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
+    /// One line per interval on the box's health: traffic, TCP, CPU, memory, and the
+    /// server's own counters from its admin endpoint.
+    Stat(stat::StatArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
     Dim(dim_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
@@ -60,6 +66,12 @@ struct ServeArgs {
     /// Worker threads (default: one per CPU the process may use).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// Admin endpoint (/metrics, /status, /healthz, /load); default 127.0.0.1:9090.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "no_admin")]
+    admin: Option<SocketAddr>,
+    /// Do not start the admin endpoint.
+    #[arg(long)]
+    no_admin: bool,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -75,6 +87,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Stat(args) => stat::run(args),
         Command::Dim(args) => dim_sim::run(args),
         Command::Tune(args) => tune::run(args),
     };
@@ -97,6 +110,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         key: args.key,
         workers: args.workers,
         log_level: args.log_level,
+        admin: args.admin,
+        no_admin: args.no_admin,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {

@@ -32,15 +32,18 @@ use linerate_http::{Method, Request, RequestError, Status, Version};
 use super::files::{Lookup, LookupError, OpenFile};
 use super::settings::Settings;
 use super::worker::Worker;
-use crate::stats::ErrorKind;
+use crate::stats::tcp_info::Sampler;
+use crate::stats::{ConnState, ErrorKind, StateTracker};
 use crate::transport::{SendError, Transport};
 
 /// Initial size of a connection's read buffer; it grows up to the head limit.
 const INITIAL_READ_BYTES: usize = 2048;
 const READ_CHUNK_BYTES: usize = 4096;
 
-/// Serves one connection until it closes.
-pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings) {
+/// Serves one connection until it closes. `sampler` is set for the connections
+/// chosen for TCP_INFO sampling.
+pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings, sampler: Option<Sampler>) {
+    let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {
         io,
         worker,
@@ -55,8 +58,11 @@ pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings) {
         served: 0,
         body_bytes_counted: 0,
     };
-    let ending = conn.run().await;
+    let ending = conn.run(&mut state, sampler.as_ref()).await;
     conn.count_body_bytes();
+    if let Some(s) = &sampler {
+        s.sample(&worker.counters.tcp);
+    }
     let linger = matches!(ending, Ending::Linger) || conn.pos < conn.buf.len();
     conn.io.close(linger).await;
 }
@@ -100,14 +106,14 @@ struct Conn<'a, T> {
 }
 
 impl<T: Transport> Conn<'_, T> {
-    async fn run(&mut self) -> Ending {
+    async fn run(&mut self, state: &mut StateTracker<'_>, sampler: Option<&Sampler>) -> Ending {
         loop {
             if self.pos == self.buf.len() {
                 self.buf.clear();
                 self.pos = 0;
                 self.scanned = 0;
             }
-            let head_len = match self.read_head().await {
+            let head_len = match self.read_head(state).await {
                 Ok(n) => n,
                 Err(HeadEnd::Closed) => return Ending::Quiet,
                 Err(HeadEnd::Io) => {
@@ -141,7 +147,25 @@ impl<T: Transport> Conn<'_, T> {
                 && !self.worker.is_shutting_down()
                 && (max == 0 || self.served < max)
                 && !self.io.wants_close();
-            let result = self.respond(keep_alive).await;
+            state.set(ConnState::Sending);
+            let result = match sampler {
+                None => self.respond(keep_alive).await,
+                Some(s) => {
+                    let worker = self.worker;
+                    let interval = self.settings.config.stats.tcp_info_interval;
+                    let respond = self.respond(keep_alive);
+                    tokio::pin!(respond);
+                    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+                    let result = loop {
+                        tokio::select! {
+                            r = &mut respond => break r,
+                            _ = tick.tick() => s.sample(&worker.counters.tcp),
+                        }
+                    };
+                    s.sample(&worker.counters.tcp);
+                    result
+                }
+            };
             self.count_body_bytes();
             match result {
                 Ok(()) => {}
@@ -165,16 +189,24 @@ impl<T: Transport> Conn<'_, T> {
         }
     }
 
+    /// Counts response bytes after the head that left from memory (multipart part
+    /// headers, error pages): with the file bytes the transport counts, the body
+    /// total is exactly what clients received after the heads.
+    fn count_memory_body(&self, n: usize) {
+        self.worker.counters.body_bytes[T::KIND as usize].add(n as u64);
+    }
+
     fn count_body_bytes(&mut self) {
         let sent = self.io.body_bytes_sent();
-        self.worker.counters.body_bytes.add(sent - self.body_bytes_counted);
+        self.worker.counters.body_bytes[T::KIND as usize].add(sent - self.body_bytes_counted);
         self.body_bytes_counted = sent;
     }
 
-    async fn read_head(&mut self) -> Result<usize, HeadEnd> {
+    async fn read_head(&mut self, state: &mut StateTracker<'_>) -> Result<usize, HeadEnd> {
         let timeouts = &self.settings.config.timeouts;
         let limits = &self.settings.request_limits;
         let idle = if self.served == 0 { timeouts.header } else { timeouts.keepalive };
+        state.set(if self.served == 0 || self.pos < self.buf.len() { ConnState::Reading } else { ConnState::Idle });
         let mut head_deadline: Option<Instant> = None;
         let mut line_seen = false;
         loop {
@@ -193,7 +225,10 @@ impl<T: Transport> Conn<'_, T> {
                     }
                 }
                 self.scanned = self.buf.len();
-                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header);
+                if head_deadline.is_none() {
+                    head_deadline = Some(Instant::now() + timeouts.header);
+                    state.set(ConnState::Reading);
+                }
             }
             self.make_room();
             let result = match head_deadline {
@@ -351,10 +386,13 @@ impl<T: Transport> Conn<'_, T> {
                     } else {
                         self.io.write_all(&self.scratch, true).await?;
                     }
+                    self.count_memory_body(self.scratch.len());
                     self.io.send_file(&file.file, r.first, r.len_bytes()).await?;
                 }
                 mp.write_closing(&mut self.scratch);
-                self.io.write_all(&self.scratch, false).await
+                self.io.write_all(&self.scratch, false).await?;
+                self.count_memory_body(self.scratch.len());
+                Ok(())
             }
         }
     }
@@ -434,11 +472,12 @@ impl<T: Transport> Conn<'_, T> {
 
     async fn send_small(&mut self, status: Status, body: &[u8]) -> Result<(), SendError> {
         self.worker.counters.response(status);
-        if self.req.method != Method::Head {
-            self.head.extend_from_slice(body);
-        }
         self.worker.counters.head_bytes.add(self.head.len() as u64);
-        self.io.write_all(&self.head, false).await
+        let body = if self.req.method == Method::Head { &[][..] } else { body };
+        self.head.extend_from_slice(body);
+        self.io.write_all(&self.head, false).await?;
+        self.count_memory_body(body.len());
+        Ok(())
     }
 }
 

@@ -33,6 +33,48 @@ pub fn bind_all(
     Ok((per_worker, bound))
 }
 
+/// Applies the `[tcp]` settings to listening sockets; accepted connections inherit
+/// them, so they cost nothing per connection. A setting the kernel refuses is
+/// logged once and left at the kernel's default.
+pub fn apply_tcp_options<'a>(listeners: impl Iterator<Item = &'a TcpListener>, tcp: &crate::config::Tcp) {
+    use linerate_sys::tcp as t;
+    use std::os::fd::AsFd;
+    let mut failed: Vec<&str> = Vec::new();
+    let mut note = |what: &'static str, r: std::io::Result<()>, detail: String| {
+        if let Err(e) = r {
+            if !failed.contains(&what) {
+                tracing::warn!("{what}: {detail} refused by the kernel ({e}); using the kernel default");
+                failed.push(what);
+            }
+        }
+    };
+    for l in listeners {
+        let fd = l.as_fd();
+        if !tcp.congestion_control.is_empty() {
+            note(
+                "tcp.congestion_control",
+                t::set_congestion_control(fd, &tcp.congestion_control),
+                tcp.congestion_control.clone(),
+            );
+        }
+        if tcp.max_pacing_rate_mbps > 0 {
+            let bytes = tcp.max_pacing_rate_mbps.saturating_mul(1_000_000 / 8);
+            note("tcp.max_pacing_rate_mbps", t::set_max_pacing_rate(fd, bytes), format!("{bytes} bytes/s"));
+        }
+        if tcp.send_buffer_bytes > 0 {
+            let r = socket2::SockRef::from(l).set_send_buffer_size(tcp.send_buffer_bytes as usize);
+            note("tcp.send_buffer_bytes", r, tcp.send_buffer_bytes.to_string());
+        }
+        if tcp.notsent_lowat_bytes > 0 {
+            note(
+                "tcp.notsent_lowat_bytes",
+                t::set_notsent_lowat(fd, tcp.notsent_lowat_bytes),
+                tcp.notsent_lowat_bytes.to_string(),
+            );
+        }
+    }
+}
+
 fn bind_one(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;

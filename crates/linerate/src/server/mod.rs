@@ -28,6 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::admin::{self, AdminState};
 use crate::config::{Config, Overrides};
 use crate::stats::WorkerCounters;
 use crate::tls::TlsRuntime;
@@ -66,6 +67,12 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let backlog = settings.config.limits.listen_backlog;
     let (listeners, bound) = listener::bind_all(&settings.config.listen, workers, backlog)?;
     let (tls_listeners, tls_bound) = listener::bind_all(&settings.config.tls_listen, workers, backlog)?;
+    listener::apply_tcp_options(listeners.iter().chain(&tls_listeners).flatten(), &settings.config.tcp);
+    let cpu_nodes = Arc::new(crate::topology::cpu_nodes(std::path::Path::new("/sys")));
+    let admin_listener = match settings.config.admin.enabled {
+        true => Some(admin::bind(settings.config.admin.listen)?),
+        false => None,
+    };
 
     let (events_tx, events) = mpsc::channel::<Event>();
     let signals_tx = events_tx.clone();
@@ -83,10 +90,13 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let mut counters = Vec::with_capacity(workers);
     for (index, (listeners, tls_listeners)) in listeners.into_iter().zip(tls_listeners).enumerate() {
         let (control_tx, control) = tokio::sync::mpsc::unbounded_channel();
-        let worker_counters = Arc::new(WorkerCounters::default());
+        let cpu = cpus[index % cpus.len()];
+        let node = cpu_nodes.get(cpu).copied().flatten();
+        let worker_counters = Arc::new(WorkerCounters::new(index, Some(cpu), node));
         let launch = Launch {
             index,
-            cpu: Some(cpus[index % cpus.len()]),
+            cpu: Some(cpu),
+            cpu_nodes: cpu_nodes.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),
@@ -109,6 +119,26 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     }
     drop(events_tx);
 
+    let admin_state = Arc::new(AdminState {
+        workers: counters.clone(),
+        shutting_down: std::sync::atomic::AtomicBool::new(false),
+        started: std::time::Instant::now(),
+        tls_mode: tls_runtime.as_ref().map(|t| t.kernel.mode()),
+        capacity_connections: match settings.config.admin.capacity_connections {
+            0 => (settings.max_connections_per_worker * workers) as u64,
+            n => n,
+        },
+        capacity_gbps: settings.config.admin.capacity_gbps,
+    });
+    let admin_bound = match admin_listener {
+        Some(l) => {
+            let addr = l.local_addr()?;
+            admin::start(l, admin_state.clone())?;
+            Some(addr)
+        }
+        None => None,
+    };
+
     tracing::info!(
         workers,
         root = %settings.root_path.display(),
@@ -122,6 +152,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         .iter()
         .map(|a| format!("listening http://{a}\n"))
         .chain(tls_bound.iter().map(|a| format!("listening https://{a}\n")))
+        .chain(admin_bound.iter().map(|a| format!("listening admin http://{a}\n")))
         .collect();
     let mut out = std::io::stdout().lock();
     out.write_all(lines.as_bytes())?;
@@ -161,6 +192,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         }
     }
 
+    admin_state.shutting_down.store(true, std::sync::atomic::Ordering::Relaxed);
     for c in &controls {
         let _ = c.send(Control::Shutdown);
     }
@@ -181,8 +213,8 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             }
         }
     }
-    let served: u64 = counters.iter().map(|c| c.responses.iter().map(|r| r.get()).sum::<u64>()).sum();
-    let bytes: u64 = counters.iter().map(|c| c.body_bytes.get()).sum();
+    let served = admin_state.total(WorkerCounters::requests);
+    let bytes = admin_state.body_bytes();
     tracing::info!(responses = served, body_bytes = bytes, "stopped");
     match exit_error {
         Some(e) => Err(e),
@@ -222,6 +254,11 @@ fn reload(
         config.limits.max_connections_per_worker = running.limits.max_connections_per_worker;
         config.limits.listen_backlog = running.limits.listen_backlog;
         config.open_file_cache.entries = running.open_file_cache.entries;
+    }
+    if config.tcp != running.tcp || config.admin != running.admin {
+        tracing::warn!("`tcp` and `admin` settings take effect at restart");
+        config.tcp = running.tcp.clone();
+        config.admin = running.admin.clone();
     }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");

@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use super::conn;
 use super::files::FileCache;
 use super::settings::Settings;
+use crate::stats::tcp_info::{Chooser, Sampler};
 use crate::stats::{ErrorKind, WorkerCounters};
 use crate::tls::handshake::{self, HandshakeError};
 use crate::tls::record::{cipher_parts, Protocol};
@@ -53,6 +54,10 @@ pub struct Worker {
     pub counters: Arc<WorkerCounters>,
     /// Record batch buffers for user-space TLS connections.
     pub record_buffers: Rc<RecordBuffers>,
+    /// Picks the connections whose TCP_INFO is sampled.
+    chooser: RefCell<Chooser>,
+    /// NUMA node of each CPU, when the machine has more than one node.
+    cpu_nodes: Option<Arc<Vec<Option<usize>>>>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
@@ -92,6 +97,8 @@ pub struct Launch {
     pub settings: Arc<Settings>,
     pub counters: Arc<WorkerCounters>,
     pub control: mpsc::UnboundedReceiver<Control>,
+    /// NUMA node of each CPU (index = CPU), for counting cross-domain connections.
+    pub cpu_nodes: Arc<Vec<Option<usize>>>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -108,7 +115,14 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control } = launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_nodes } = launch;
+    counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
+    let multi_node = {
+        let mut nodes: Vec<usize> = cpu_nodes.iter().flatten().copied().collect();
+        nodes.dedup();
+        nodes.len() > 1
+    };
+    let chooser = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
     let max_connections = settings.max_connections_per_worker;
     let drain = settings.config.timeouts.drain;
     let worker = Rc::new(Worker {
@@ -121,6 +135,8 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         date: RefCell::new(DateCache::default()),
         counters,
         record_buffers: Rc::new(RecordBuffers::default()),
+        chooser: RefCell::new(chooser),
+        cpu_nodes: multi_node.then_some(cpu_nodes),
         shutting_down: Cell::new(false),
         shutdown: Notify::new(),
         boundary_seq: Cell::new(0),
@@ -143,6 +159,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
                 // flight keep the files they hold.
                 let c = &settings.config.open_file_cache;
                 *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
+                *worker.chooser.borrow_mut() = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
                 *worker.settings.borrow_mut() = settings;
             }
             Control::Shutdown => break,
@@ -201,6 +218,8 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
+        count_cross_domain(&worker, &stream);
+        let sampler = if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None };
         let settings = worker.settings.borrow().clone();
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
@@ -208,9 +227,10 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             let _open = OpenConnection { worker: worker.clone(), _permit: permit };
             match scheme {
                 Scheme::Http => {
-                    conn::serve(Plain::new(stream, settings.config.timeouts.send), &worker, &settings).await;
+                    let transport = Plain::new(stream, settings.config.timeouts.send);
+                    conn::serve(transport, &worker, &settings, sampler).await;
                 }
-                Scheme::Https => serve_tls(stream, &worker, &settings).await,
+                Scheme::Https => serve_tls(stream, &worker, &settings, sampler).await,
             }
         });
     }
@@ -218,7 +238,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
-async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings) {
+async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, sampler: Option<Sampler>) {
     let Some(tls) = settings.tls.as_ref() else { return };
     let counters = &worker.counters;
     let handshake = handshake::accept(&mut stream, tls.server_config.clone());
@@ -259,7 +279,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings) 
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
-                conn::serve(transport, worker, settings).await;
+                conn::serve(transport, worker, settings, sampler).await;
             }
             Err(e) => {
                 counters.tls_handshake_failures.add(1);
@@ -272,7 +292,24 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings) 
     } else {
         counters.usertls_sessions.add(1);
         let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
-        conn::serve(transport, worker, settings).await;
+        conn::serve(transport, worker, settings, sampler).await;
+    }
+}
+
+/// A per-worker, per-process seed for the sampling choice.
+fn seed(index: usize) -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(nanos) ^ u64::from(std::process::id())
+}
+
+/// Counts the connection if its SYN was taken by a CPU of another NUMA node than
+/// this worker's (`SO_INCOMING_CPU`). Skipped on single-node machines.
+fn count_cross_domain(worker: &Worker, stream: &TcpStream) {
+    let (Some(nodes), Some(mine)) = (&worker.cpu_nodes, worker.counters.node) else { return };
+    if let Ok(cpu) = linerate_sys::tcp::incoming_cpu(std::os::fd::AsFd::as_fd(stream)) {
+        if nodes.get(cpu).copied().flatten().is_some_and(|n| n != mine) {
+            worker.counters.cross_domain_connections.add(1);
+        }
     }
 }
 

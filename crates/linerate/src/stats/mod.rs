@@ -1,17 +1,22 @@
-//! Per-worker counters.
+//! Per-worker statistics.
 //!
 //! Each worker owns one [`WorkerCounters`], alone on its cache lines, and is the
-//! only thread that writes it; a reader (the supervisor, later the admin endpoint)
-//! sums all workers' counters when asked. Writes are a relaxed load and store of the
-//! worker's own line, with no locked instruction and no line shared between cores,
-//! which is the cheapest counting there is. Readers may see a value a few
-//! increments old, never a torn one.
+//! only thread that writes it; readers (the admin endpoint, the supervisor) sum all
+//! workers' values when asked. Writes are a relaxed load and store of the worker's
+//! own line: no locked instruction, no line shared between cores, which is the
+//! cheapest counting there is. A reader may see a value a few increments old, never
+//! a torn one.
+//!
+//! Detailed TCP statistics (`TCP_INFO`) are kept for a sample of connections only
+//! ([`tcp_info`]), into per-worker histograms with fixed buckets.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+pub mod tcp_info;
+
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 use linerate_http::Status;
 
-/// One counter, written by a single thread.
+/// A monotonically increasing count, written by a single thread.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
@@ -28,10 +33,92 @@ impl Counter {
     }
 }
 
+/// A value that goes up and down, written by a single thread.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    #[inline]
+    pub fn add(&self, n: i64) {
+        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A histogram with fixed upper bounds, written by a single thread.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// One count per bound, then the +Inf bucket (not cumulative).
+    buckets: Vec<Counter>,
+    /// The sum of observations, as f64 bits.
+    sum: AtomicU64,
+    count: Counter,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: (0..=bounds.len()).map(|_| Counter::default()).collect(),
+            sum: AtomicU64::new(0f64.to_bits()),
+            count: Counter::default(),
+        }
+    }
+
+    pub fn observe(&self, v: f64) {
+        let i = self.bounds.iter().position(|&b| v <= b).unwrap_or(self.bounds.len());
+        self.buckets[i].add(1);
+        let sum = f64::from_bits(self.sum.load(Ordering::Relaxed)) + v;
+        self.sum.store(sum.to_bits(), Ordering::Relaxed);
+        self.count.add(1);
+    }
+
+    pub fn bounds(&self) -> &'static [f64] {
+        self.bounds
+    }
+
+    /// Adds this histogram into `acc`: (sum, count, per-bucket counts incl. +Inf).
+    pub fn accumulate(&self, acc: &mut (f64, u64, Vec<u64>)) {
+        acc.0 += f64::from_bits(self.sum.load(Ordering::Relaxed));
+        acc.1 += self.count.get();
+        if acc.2.len() < self.buckets.len() {
+            acc.2.resize(self.buckets.len(), 0);
+        }
+        for (a, b) in acc.2.iter_mut().zip(&self.buckets) {
+            *a += b.get();
+        }
+    }
+}
+
+/// Which send path carried body bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportKind {
+    Plain,
+    Ktls,
+    UserTls,
+}
+
+impl TransportKind {
+    pub const ALL: [TransportKind; 3] = [TransportKind::Plain, TransportKind::Ktls, TransportKind::UserTls];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TransportKind::Plain => "plain",
+            TransportKind::Ktls => "ktls",
+            TransportKind::UserTls => "usertls",
+        }
+    }
+}
+
 /// Why a connection ended abnormally, or a request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// Head read, body read or send timed out.
+    /// Head read, body read, handshake or send timed out.
     Timeout,
     /// The peer reset or broke the connection mid-response.
     Reset,
@@ -43,20 +130,108 @@ pub enum ErrorKind {
     Truncated,
 }
 
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 5] =
+        [ErrorKind::Timeout, ErrorKind::Reset, ErrorKind::BadRequest, ErrorKind::Accept, ErrorKind::Truncated];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::Accept => "accept",
+            ErrorKind::Truncated => "truncated",
+        }
+    }
+}
+
+/// What a connection is doing, for the connection-state gauges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    /// Waiting for or reading a request head (the first, or one already begun).
+    Reading,
+    /// Writing a response.
+    Sending,
+    /// Keep-alive, between requests.
+    Idle,
+}
+
+impl ConnState {
+    pub const ALL: [ConnState; 3] = [ConnState::Reading, ConnState::Sending, ConnState::Idle];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnState::Reading => "reading",
+            ConnState::Sending => "sending",
+            ConnState::Idle => "idle",
+        }
+    }
+}
+
+/// Fixed histogram bounds.
+pub mod buckets {
+    /// Seconds, for RTT and RTT variance.
+    pub const SECONDS: &[f64] =
+        &[0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+    /// Bits per second, for delivery and pacing rates.
+    pub const BITS_PER_SECOND: &[f64] =
+        &[1e6, 2.5e6, 5e6, 1e7, 2.5e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 1e10, 2.5e10, 1e11];
+    /// Segments, for the congestion window.
+    pub const SEGMENTS: &[f64] = &[4.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0];
+    /// Counts, for retransmissions per connection.
+    pub const COUNTS: &[f64] = &[0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0];
+}
+
+/// Histograms of sampled TCP_INFO readings.
+#[derive(Debug)]
+pub struct TcpHistograms {
+    pub rtt_seconds: Histogram,
+    pub rtt_variance_seconds: Histogram,
+    pub delivery_rate_bits: Histogram,
+    pub pacing_rate_bits: Histogram,
+    pub cwnd_segments: Histogram,
+    /// Unrecovered retransmission timeouts at the time of the sample.
+    pub retransmits: Histogram,
+    /// Segments retransmitted over the connection's life so far.
+    pub total_retransmits: Histogram,
+    pub samples: Counter,
+}
+
+impl Default for TcpHistograms {
+    fn default() -> Self {
+        TcpHistograms {
+            rtt_seconds: Histogram::new(buckets::SECONDS),
+            rtt_variance_seconds: Histogram::new(buckets::SECONDS),
+            delivery_rate_bits: Histogram::new(buckets::BITS_PER_SECOND),
+            pacing_rate_bits: Histogram::new(buckets::BITS_PER_SECOND),
+            cwnd_segments: Histogram::new(buckets::SEGMENTS),
+            retransmits: Histogram::new(buckets::COUNTS),
+            total_retransmits: Histogram::new(buckets::COUNTS),
+            samples: Counter::default(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
-#[repr(align(128))] // two cache lines: no false sharing with the next worker's counters
+#[repr(align(128))] // whole cache lines: no false sharing with the next worker's counters
 pub struct WorkerCounters {
+    /// The worker's index, its CPU and that CPU's NUMA node (fixed at start).
+    pub index: usize,
+    pub cpu: Option<usize>,
+    pub node: Option<usize>,
+    /// The worker thread's kernel id, for its CPU time (set when it starts).
+    pub tid: AtomicU32,
     pub connections_accepted: Counter,
     pub connections_closed: Counter,
-    /// Responses by status class: index 0 = 1xx ... 4 = 5xx.
-    pub responses: [Counter; 5],
-    pub body_bytes: Counter,
+    /// Connections by state, indexed like [`ConnState::ALL`].
+    pub connections: [Gauge; 3],
+    /// Responses by status, indexed like [`Status::ALL`].
+    pub responses: [Counter; Status::ALL.len()],
+    /// Body bytes by transport, indexed like [`TransportKind::ALL`].
+    pub body_bytes: [Counter; 3],
     pub head_bytes: Counter,
-    pub timeouts: Counter,
-    pub resets: Counter,
-    pub bad_requests: Counter,
-    pub accept_errors: Counter,
-    pub truncated: Counter,
+    /// Errors, indexed like [`ErrorKind::ALL`].
+    pub errors: [Counter; 5],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
     /// Connections whose records the kernel protects (kTLS).
@@ -65,23 +240,77 @@ pub struct WorkerCounters {
     pub ktls_device_sessions: Counter,
     /// Connections whose records are protected in user space.
     pub usertls_sessions: Counter,
+    /// Connections whose SYN was received on a CPU of another NUMA node than the
+    /// worker's (`SO_INCOMING_CPU`).
+    pub cross_domain_connections: Counter,
+    pub tcp: TcpHistograms,
 }
 
 impl WorkerCounters {
+    pub fn new(index: usize, cpu: Option<usize>, node: Option<usize>) -> WorkerCounters {
+        WorkerCounters { index, cpu, node, ..WorkerCounters::default() }
+    }
+
     pub fn response(&self, status: Status) {
-        let class = (status.code() / 100).clamp(1, 5) as usize - 1;
-        self.responses[class].add(1);
+        self.responses[status.index()].add(1);
     }
 
     pub fn error(&self, kind: ErrorKind) {
-        match kind {
-            ErrorKind::Timeout => &self.timeouts,
-            ErrorKind::Reset => &self.resets,
-            ErrorKind::BadRequest => &self.bad_requests,
-            ErrorKind::Accept => &self.accept_errors,
-            ErrorKind::Truncated => &self.truncated,
+        self.errors[kind as usize].add(1);
+    }
+
+    pub fn errors_of(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].get()
+    }
+
+    pub fn body_bytes_of(&self, kind: TransportKind) -> u64 {
+        self.body_bytes[kind as usize].get()
+    }
+
+    pub fn connections_in(&self, state: ConnState) -> i64 {
+        self.connections[state as usize].get()
+    }
+
+    /// Connections open right now.
+    pub fn connections_open(&self) -> u64 {
+        self.connections_accepted.get().saturating_sub(self.connections_closed.get())
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.responses.iter().map(Counter::get).sum()
+    }
+
+    /// Responses whose status is in the class `class` (2 for 2xx...).
+    pub fn responses_in_class(&self, class: u16) -> u64 {
+        Status::ALL.iter().filter(|s| s.code() / 100 == class).map(|s| self.responses[s.index()].get()).sum()
+    }
+}
+
+/// Moves a connection between the state gauges; leaves the last state on drop.
+pub struct StateTracker<'a> {
+    counters: &'a WorkerCounters,
+    current: ConnState,
+}
+
+impl<'a> StateTracker<'a> {
+    pub fn new(counters: &'a WorkerCounters, state: ConnState) -> StateTracker<'a> {
+        counters.connections[state as usize].add(1);
+        StateTracker { counters, current: state }
+    }
+
+    #[inline]
+    pub fn set(&mut self, state: ConnState) {
+        if state != self.current {
+            self.counters.connections[self.current as usize].add(-1);
+            self.counters.connections[state as usize].add(1);
+            self.current = state;
         }
-        .add(1);
+    }
+}
+
+impl Drop for StateTracker<'_> {
+    fn drop(&mut self) {
+        self.counters.connections[self.current as usize].add(-1);
     }
 }
 
@@ -90,17 +319,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_by_class_and_kind() {
-        let c = WorkerCounters::default();
+    fn counts_by_status_kind_and_transport() {
+        let c = WorkerCounters::new(0, Some(0), Some(0));
         c.response(Status::Ok);
         c.response(Status::PartialContent);
         c.response(Status::NotFound);
         c.error(ErrorKind::Timeout);
+        c.body_bytes[TransportKind::UserTls as usize].add(5);
         c.connections_accepted.add(3);
         c.connections_closed.add(1);
-        assert_eq!(c.responses[1].get(), 2);
-        assert_eq!(c.responses[3].get(), 1);
-        assert_eq!(c.timeouts.get(), 1);
+        assert_eq!(c.responses_in_class(2), 2);
+        assert_eq!(c.responses_in_class(4), 1);
+        assert_eq!(c.requests(), 3);
+        assert_eq!(c.errors_of(ErrorKind::Timeout), 1);
+        assert_eq!(c.body_bytes_of(TransportKind::UserTls), 5);
+        assert_eq!(c.connections_open(), 2);
         assert_eq!(std::mem::align_of::<WorkerCounters>(), 128);
+    }
+
+    #[test]
+    fn state_tracker_moves_one_connection() {
+        let c = WorkerCounters::default();
+        {
+            let mut t = StateTracker::new(&c, ConnState::Reading);
+            assert_eq!(c.connections_in(ConnState::Reading), 1);
+            t.set(ConnState::Sending);
+            t.set(ConnState::Sending);
+            assert_eq!((c.connections_in(ConnState::Reading), c.connections_in(ConnState::Sending)), (0, 1));
+            t.set(ConnState::Idle);
+        }
+        assert!(ConnState::ALL.iter().all(|s| c.connections_in(*s) == 0));
+    }
+
+    #[test]
+    fn histogram_buckets_and_sum() {
+        let h = Histogram::new(buckets::COUNTS);
+        for v in [0.0, 1.0, 3.0, 5000.0] {
+            h.observe(v);
+        }
+        let mut acc = (0.0, 0, Vec::new());
+        h.accumulate(&mut acc);
+        h.accumulate(&mut acc);
+        assert_eq!(acc.1, 8);
+        assert_eq!(acc.0, 2.0 * 5004.0);
+        assert_eq!(acc.2[0], 2); // <= 0
+        assert_eq!(acc.2[1], 2); // <= 1
+        assert_eq!(acc.2[3], 2); // <= 5
+        assert_eq!(*acc.2.last().unwrap(), 2); // +Inf
     }
 }

@@ -62,6 +62,8 @@ impl Ktls {
 }
 
 impl Transport for Ktls {
+    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Ktls;
+
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
             let start = buf.len();

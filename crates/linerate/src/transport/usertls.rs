@@ -185,6 +185,8 @@ impl UserTls {
 }
 
 impl Transport for UserTls {
+    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::UserTls;
+
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
             let n = self.open_records(buf)?;

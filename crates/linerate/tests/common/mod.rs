@@ -20,6 +20,8 @@ pub struct Server {
     pub addrs: Vec<SocketAddr>,
     /// HTTPS addresses, in the order printed.
     pub tls_addrs: Vec<SocketAddr>,
+    /// The admin endpoint, unless disabled.
+    pub admin_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -37,6 +39,9 @@ impl Server {
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
+        if !args.contains(&"--admin") && !args.contains(&"--no-admin") {
+            cmd.args(["--admin", "127.0.0.1:0"]);
+        }
         cmd.args(args);
         adjust(&mut cmd);
         Server::spawn(cmd)
@@ -46,7 +51,9 @@ impl Server {
     /// `prlimit` or `strace`), so the child is linerate or traces it.
     pub fn start_wrapped(wrapper: &[&str], args: &[&str]) -> Server {
         let mut cmd = tool(wrapper[0]);
-        cmd.args(&wrapper[1..]).args(["--", BIN, "serve", "--listen", "127.0.0.1:0"]).args(args);
+        cmd.args(&wrapper[1..])
+            .args(["--", BIN, "serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(args);
         Server::spawn(cmd)
     }
 
@@ -67,6 +74,7 @@ impl Server {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut addrs = Vec::new();
         let mut tls_addrs = Vec::new();
+        let mut admin_addr = None;
         let mut line = String::new();
         loop {
             line.clear();
@@ -79,6 +87,8 @@ impl Server {
                 addrs.push(a.parse().unwrap());
             } else if let Some(a) = line.trim().strip_prefix("listening https://") {
                 tls_addrs.push(a.parse().unwrap());
+            } else if let Some(a) = line.trim().strip_prefix("listening admin http://") {
+                admin_addr = Some(a.parse().unwrap());
             }
             // All listening lines come in one write: once the expected ones are in,
             // take any others (from a config file) that arrived with them.
@@ -91,7 +101,7 @@ impl Server {
             let mut sink = Vec::new();
             let _ = out.read_to_end(&mut sink);
         });
-        Server { child, addrs, tls_addrs, stderr }
+        Server { child, addrs, tls_addrs, admin_addr, stderr }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -100,6 +110,11 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr(), path)
+    }
+
+    /// `http://ADMIN/path` on the admin endpoint.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin_addr.expect("admin endpoint enabled"), path)
     }
 
     /// `https://localhost:PORT/path` for the first HTTPS listener (the test
@@ -144,6 +159,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A wrapper (strace, prlimit) may have a linerate child of its own: kill
+        // the children first, so that none outlives the test.
+        let _ = Command::new("pkill").args(["-KILL", "-P", &self.pid().to_string()]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

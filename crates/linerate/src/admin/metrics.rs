@@ -1,0 +1,224 @@
+//! `/metrics`: the workers' counters summed at scrape time, in the Prometheus
+//! (OpenMetrics) text format written by prometheus-client.
+
+use std::sync::Arc;
+
+use linerate_http::Status;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::AdminState;
+use crate::stats::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+
+pub fn registry(state: Arc<AdminState>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(Workers(state)));
+    r
+}
+
+#[derive(Debug)]
+struct Workers(Arc<AdminState>);
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState").field("workers", &self.workers.len()).finish()
+    }
+}
+
+/// One sample of a counter family: labels and value.
+fn counter(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(&[(&str, &str)], u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in samples {
+        if labels.is_empty() {
+            m.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?;
+        } else {
+            let labels: Vec<(&str, &str)> = labels.to_vec();
+            m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?;
+        }
+    }
+    Ok(())
+}
+
+fn gauge(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: &[(Vec<(&str, String)>, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in samples {
+        m.encode_family(labels)?.encode_gauge(v)?;
+    }
+    Ok(())
+}
+
+fn histogram(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    workers: &[Arc<WorkerCounters>],
+    pick: impl Fn(&WorkerCounters) -> &Histogram,
+) -> Result<(), std::fmt::Error> {
+    let mut acc = (0.0, 0u64, Vec::new());
+    let mut bounds: &[f64] = &[];
+    for w in workers {
+        let h = pick(w);
+        bounds = h.bounds();
+        h.accumulate(&mut acc);
+    }
+    // Cumulative buckets, as the format wants.
+    let mut running = 0;
+    let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(bounds.len() + 1);
+    for (i, &bound) in bounds.iter().chain(std::iter::once(&f64::INFINITY)).enumerate() {
+        running += acc.2.get(i).copied().unwrap_or(0);
+        buckets.push((bound, running));
+    }
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(acc.0, acc.1, &buckets, None)
+}
+
+impl Collector for Workers {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &*self.0;
+        let ws = &s.workers;
+
+        let transports: Vec<[(&str, &str); 1]> =
+            TransportKind::ALL.iter().map(|k| [("transport", k.label())]).collect();
+        let body: Vec<(&[(&str, &str)], u64)> = TransportKind::ALL
+            .iter()
+            .zip(&transports)
+            .map(|(k, l)| (&l[..], s.total(|w| w.body_bytes_of(*k))))
+            .collect();
+        counter(&mut e, "linerate_body_bytes", "Response body bytes sent, by send path.", &body)?;
+        counter(&mut e, "linerate_head_bytes", "Response head bytes sent.", &[(&[], s.total(|w| w.head_bytes.get()))])?;
+
+        let codes: Vec<String> = Status::ALL.iter().map(|st| st.code().to_string()).collect();
+        let labels: Vec<[(&str, &str); 1]> = codes.iter().map(|c| [("code", c.as_str())]).collect();
+        let requests: Vec<(&[(&str, &str)], u64)> = Status::ALL
+            .iter()
+            .zip(&labels)
+            .map(|(st, l)| (&l[..], s.total(|w| w.responses[st.index()].get())))
+            .collect();
+        counter(&mut e, "linerate_requests", "Responses sent, by status code.", &requests)?;
+
+        let conns: Vec<(Vec<(&str, String)>, i64)> = ConnState::ALL
+            .iter()
+            .map(|st| (vec![("state", st.label().to_string())], ws.iter().map(|w| w.connections_in(*st)).sum()))
+            .collect();
+        gauge(&mut e, "linerate_connections", "Open connections, by what they are doing.", &conns)?;
+        counter(
+            &mut e,
+            "linerate_connections_accepted",
+            "Connections accepted.",
+            &[(&[], s.total(|w| w.connections_accepted.get()))],
+        )?;
+
+        let kinds: Vec<[(&str, &str); 1]> = ErrorKind::ALL.iter().map(|k| [("kind", k.label())]).collect();
+        let errors: Vec<(&[(&str, &str)], u64)> =
+            ErrorKind::ALL.iter().zip(&kinds).map(|(k, l)| (&l[..], s.total(|w| w.errors_of(*k)))).collect();
+        counter(&mut e, "linerate_errors", "Failed requests and connections, by kind.", &errors)?;
+
+        counter(
+            &mut e,
+            "linerate_tls_handshakes",
+            "Completed TLS handshakes.",
+            &[(&[], s.total(|w| w.tls_handshakes.get()))],
+        )?;
+        counter(
+            &mut e,
+            "linerate_tls_handshake_failures",
+            "TLS handshakes that failed or timed out.",
+            &[(&[], s.total(|w| w.tls_handshake_failures.get()))],
+        )?;
+        counter(
+            &mut e,
+            "linerate_tls_sessions",
+            "TLS sessions by where records are protected: kernel (ktls; ktls_device when the NIC seals them) or user space.",
+            &[
+                (&[("mode", "ktls")], s.total(|w| w.ktls_sessions.get())),
+                (&[("mode", "ktls_device")], s.total(|w| w.ktls_device_sessions.get())),
+                (&[("mode", "usertls")], s.total(|w| w.usertls_sessions.get())),
+            ],
+        )?;
+        counter(
+            &mut e,
+            "linerate_cross_domain_connections",
+            "Connections whose SYN arrived on a CPU in another NUMA node than the worker that accepted them.",
+            &[(&[], s.total(|w| w.cross_domain_connections.get()))],
+        )?;
+        counter(
+            &mut e,
+            "linerate_tcp_info_samples",
+            "TCP_INFO readings taken.",
+            &[(&[], s.total(|w| w.tcp.samples.get()))],
+        )?;
+
+        histogram(&mut e, "linerate_tcp_rtt_seconds", "Smoothed RTT of sampled connections.", ws, |w| {
+            &w.tcp.rtt_seconds
+        })?;
+        histogram(&mut e, "linerate_tcp_rtt_variance_seconds", "RTT variance of sampled connections.", ws, |w| {
+            &w.tcp.rtt_variance_seconds
+        })?;
+        histogram(
+            &mut e,
+            "linerate_tcp_delivery_rate_bits_per_second",
+            "Delivery rate of sampled connections.",
+            ws,
+            |w| &w.tcp.delivery_rate_bits,
+        )?;
+        histogram(
+            &mut e,
+            "linerate_tcp_pacing_rate_bits_per_second",
+            "Pacing rate of sampled connections.",
+            ws,
+            |w| &w.tcp.pacing_rate_bits,
+        )?;
+        histogram(&mut e, "linerate_tcp_cwnd_segments", "Congestion window of sampled connections.", ws, |w| {
+            &w.tcp.cwnd_segments
+        })?;
+        histogram(
+            &mut e,
+            "linerate_tcp_retransmits",
+            "Unrecovered retransmission timeouts of sampled connections.",
+            ws,
+            |w| &w.tcp.retransmits,
+        )?;
+        histogram(
+            &mut e,
+            "linerate_tcp_total_retransmits",
+            "Segments retransmitted by sampled connections.",
+            ws,
+            |w| &w.tcp.total_retransmits,
+        )?;
+
+        let cpu: Vec<(Vec<(&str, String)>, f64)> = ws
+            .iter()
+            .filter_map(|w| {
+                let secs = super::thread_cpu_seconds(w.tid.load(std::sync::atomic::Ordering::Relaxed))?;
+                let labels = vec![
+                    ("worker", w.index.to_string()),
+                    ("cpu", w.cpu.map_or("-".into(), |c| c.to_string())),
+                    ("node", w.node.map_or("-".into(), |n| n.to_string())),
+                ];
+                Some((labels, secs))
+            })
+            .collect();
+        let mut m = e.encode_descriptor(
+            "linerate_worker_cpu_seconds",
+            "CPU time used by each worker thread.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, v) in &cpu {
+            m.encode_family(labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,255 @@
+//! The admin endpoint: `/metrics`, `/status`, `/healthz`, `/load`.
+//!
+//! It runs on a thread of its own with its own small event loop, on its own address
+//! (default 127.0.0.1:9090), so scraping never touches a worker: it reads the
+//! workers' counters (single-writer atomics) and sums them.
+//!
+//! - `/metrics`: Prometheus/OpenMetrics text (prometheus-client).
+//! - `/status`: JSON, totals and one object per worker.
+//! - `/healthz`: 200 `ok` while serving, 503 `draining` during shutdown.
+//! - `/load`: one line in HAProxy agent-check format: `up 73%` (a weight from the
+//!   connections and Gb/s against the configured capacity) or `drain`. A client that
+//!   connects and sends nothing for 200 ms (HAProxy's `agent-check` without
+//!   `agent-send`) gets the same line on the bare TCP connection.
+
+mod metrics;
+mod status;
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use linerate_http::request::{Limits, Parsed};
+use linerate_http::Request;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::stats::{TransportKind, WorkerCounters};
+
+/// What the admin endpoint reports on, shared with the supervisor.
+pub struct AdminState {
+    pub workers: Vec<Arc<WorkerCounters>>,
+    pub shutting_down: AtomicBool,
+    pub started: Instant,
+    /// `ktls-tx-rx` or `userspace`, when HTTPS is configured.
+    pub tls_mode: Option<&'static str>,
+    /// Connections at which /load reports no spare capacity.
+    pub capacity_connections: u64,
+    /// Gb/s at which /load reports no spare capacity (0: not used).
+    pub capacity_gbps: f64,
+}
+
+impl AdminState {
+    pub fn total(&self, f: impl Fn(&WorkerCounters) -> u64) -> u64 {
+        self.workers.iter().map(|w| f(w)).sum()
+    }
+
+    pub fn body_bytes(&self) -> u64 {
+        self.total(|w| TransportKind::ALL.iter().map(|k| w.body_bytes_of(*k)).sum())
+    }
+
+    /// The agent-check line for the current load.
+    pub fn load_line(&self, gbps: f64) -> String {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return "drain".to_string();
+        }
+        let conns = self.total(WorkerCounters::connections_open) as f64;
+        let mut used = conns / self.capacity_connections.max(1) as f64;
+        if self.capacity_gbps > 0.0 {
+            used = used.max(gbps / self.capacity_gbps);
+        }
+        let weight = ((1.0 - used) * 100.0).round().clamp(1.0, 100.0) as u32;
+        format!("up {weight}%")
+    }
+}
+
+/// How long a connection may stay silent before it is taken for an agent check.
+const AGENT_WAIT: Duration = Duration::from_millis(200);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts the admin thread on an already bound listener.
+pub fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("linerate-admin".into()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!("admin endpoint cannot start: {e}");
+                return;
+            }
+        };
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, serve(listener, state));
+    })?;
+    Ok(())
+}
+
+async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => return tracing::error!("admin endpoint cannot start: {e}"),
+    };
+    let registry = Rc::new(metrics::registry(state.clone()));
+    // Body throughput over the last second, for /load and /status.
+    let gbps = Rc::new(Cell::new(0.0));
+    {
+        let (state, gbps) = (state.clone(), gbps.clone());
+        tokio::task::spawn_local(async move {
+            let mut last = (Instant::now(), state.body_bytes());
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let now = (Instant::now(), state.body_bytes());
+                let secs = now.0.duration_since(last.0).as_secs_f64();
+                if secs > 0.0 {
+                    gbps.set((now.1 - last.1) as f64 * 8.0 / secs / 1e9);
+                }
+                last = now;
+            }
+        });
+    }
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!("admin accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (state, registry, gbps) = (state.clone(), registry.clone(), gbps.clone());
+        tokio::task::spawn_local(async move {
+            if let Err(e) = handle(stream, &state, &registry, gbps.get()).await {
+                tracing::debug!(%peer, "admin request: {e}");
+            }
+        });
+    }
+}
+
+async fn handle(
+    mut stream: TcpStream,
+    state: &AdminState,
+    registry: &prometheus_client::registry::Registry,
+    gbps: f64,
+) -> std::io::Result<()> {
+    let mut probe = [0u8; 1];
+    if tokio::time::timeout(AGENT_WAIT, stream.peek(&mut probe)).await.is_err() {
+        // Nothing sent: an agent check.
+        stream.write_all(format!("{}\n", state.load_line(gbps)).as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+    let mut buf = Vec::with_capacity(1024);
+    let mut req = Request::default();
+    let limits = Limits { max_head_bytes: 8192, max_uri_bytes: 1024, max_headers: 50 };
+    let parsed = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        loop {
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Ok(None);
+            }
+            match req.parse(&buf, &limits) {
+                Ok(Parsed::Complete(_)) => return Ok(Some(true)),
+                Ok(Parsed::Partial) => continue,
+                Err(_) => return Ok(Some(false)),
+            }
+        }
+    })
+    .await;
+    let ok = match parsed {
+        Ok(Ok(Some(ok))) => ok,
+        Ok(Ok(None)) | Err(_) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+    };
+    let target = req.target();
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let (status, content_type, body) = if !ok {
+        ("400 Bad Request", "text/plain; charset=utf-8", "bad request\n".to_string())
+    } else {
+        route(path, state, registry, gbps)
+    };
+    let head_only = req.method == linerate_http::Method::Head;
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{}",
+        body.len(),
+        if head_only { "" } else { &body }
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+fn route(
+    path: &[u8],
+    state: &AdminState,
+    registry: &prometheus_client::registry::Registry,
+    gbps: f64,
+) -> (&'static str, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match path {
+        b"/metrics" => {
+            let mut out = String::new();
+            match prometheus_client::encoding::text::encode(&mut out, registry) {
+                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Err(_) => ("500 Internal Server Error", TEXT, "cannot encode metrics\n".into()),
+            }
+        }
+        b"/status" => ("200 OK", "application/json", status::json(state, gbps)),
+        b"/healthz" if state.shutting_down.load(Ordering::Relaxed) => {
+            ("503 Service Unavailable", TEXT, "draining\n".into())
+        }
+        b"/healthz" => ("200 OK", TEXT, "ok\n".into()),
+        b"/load" => ("200 OK", TEXT, format!("{}\n", state.load_line(gbps))),
+        _ => ("404 Not Found", TEXT, "not found: try /metrics, /status, /healthz or /load\n".into()),
+    }
+}
+
+/// Binds the admin listener (before the workers start, like the others).
+pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use anyhow::Context;
+    let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (admin)"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// CPU seconds a worker thread has used, from /proc/self/task/TID/stat.
+pub fn thread_cpu_seconds(tid: u32) -> Option<f64> {
+    if tid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / linerate_sys::tcp::clock_ticks_per_sec() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(capacity: u64, gbps_cap: f64) -> AdminState {
+        AdminState {
+            workers: vec![Arc::new(WorkerCounters::new(0, Some(0), Some(0)))],
+            shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
+            tls_mode: None,
+            capacity_connections: capacity,
+            capacity_gbps: gbps_cap,
+        }
+    }
+
+    #[test]
+    fn load_line_weights() {
+        let s = state(100, 0.0);
+        assert_eq!(s.load_line(0.0), "up 100%");
+        s.workers[0].connections_accepted.add(25);
+        assert_eq!(s.load_line(50.0), "up 75%", "Gb/s ignored without a capacity");
+        let s2 = state(100, 10.0);
+        s2.workers[0].connections_accepted.add(10);
+        assert_eq!(s2.load_line(5.0), "up 50%", "the busier of the two decides");
+        s2.workers[0].connections_accepted.add(500);
+        assert_eq!(s2.load_line(0.0), "up 1%", "never 0, which HAProxy reads as drain");
+        s2.shutting_down.store(true, Ordering::Relaxed);
+        assert_eq!(s2.load_line(0.0), "drain");
+    }
+}

@@ -1,0 +1,119 @@
+//! `/status`: totals and one object per worker, as JSON.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+
+use super::AdminState;
+use crate::stats::{ConnState, ErrorKind, TransportKind, WorkerCounters};
+
+#[derive(Serialize)]
+struct Status<'a> {
+    version: &'static str,
+    uptime_secs: f64,
+    shutting_down: bool,
+    tls_mode: Option<&'a str>,
+    /// Body throughput over the last second.
+    gbps: f64,
+    load: String,
+    totals: Numbers,
+    workers: Vec<Worker>,
+}
+
+#[derive(Serialize)]
+struct Worker {
+    index: usize,
+    cpu: Option<usize>,
+    node: Option<usize>,
+    cpu_seconds: Option<f64>,
+    #[serde(flatten)]
+    numbers: Numbers,
+}
+
+#[derive(Serialize, Default)]
+struct Numbers {
+    connections_open: u64,
+    connections_reading: i64,
+    connections_sending: i64,
+    connections_idle: i64,
+    connections_accepted: u64,
+    cross_domain_connections: u64,
+    requests: u64,
+    responses_2xx: u64,
+    responses_3xx: u64,
+    responses_4xx: u64,
+    responses_5xx: u64,
+    body_bytes_plain: u64,
+    body_bytes_ktls: u64,
+    body_bytes_usertls: u64,
+    head_bytes: u64,
+    tls_handshakes: u64,
+    ktls_sessions: u64,
+    ktls_device_sessions: u64,
+    usertls_sessions: u64,
+    errors_timeout: u64,
+    errors_reset: u64,
+    errors_bad_request: u64,
+    errors_accept: u64,
+    errors_truncated: u64,
+}
+
+impl Numbers {
+    fn add(&mut self, w: &WorkerCounters) {
+        self.connections_open += w.connections_open();
+        self.connections_reading += w.connections_in(ConnState::Reading);
+        self.connections_sending += w.connections_in(ConnState::Sending);
+        self.connections_idle += w.connections_in(ConnState::Idle);
+        self.connections_accepted += w.connections_accepted.get();
+        self.cross_domain_connections += w.cross_domain_connections.get();
+        self.requests += w.requests();
+        self.responses_2xx += w.responses_in_class(2);
+        self.responses_3xx += w.responses_in_class(3);
+        self.responses_4xx += w.responses_in_class(4);
+        self.responses_5xx += w.responses_in_class(5);
+        self.body_bytes_plain += w.body_bytes_of(TransportKind::Plain);
+        self.body_bytes_ktls += w.body_bytes_of(TransportKind::Ktls);
+        self.body_bytes_usertls += w.body_bytes_of(TransportKind::UserTls);
+        self.head_bytes += w.head_bytes.get();
+        self.tls_handshakes += w.tls_handshakes.get();
+        self.ktls_sessions += w.ktls_sessions.get();
+        self.ktls_device_sessions += w.ktls_device_sessions.get();
+        self.usertls_sessions += w.usertls_sessions.get();
+        self.errors_timeout += w.errors_of(ErrorKind::Timeout);
+        self.errors_reset += w.errors_of(ErrorKind::Reset);
+        self.errors_bad_request += w.errors_of(ErrorKind::BadRequest);
+        self.errors_accept += w.errors_of(ErrorKind::Accept);
+        self.errors_truncated += w.errors_of(ErrorKind::Truncated);
+    }
+}
+
+pub fn json(state: &AdminState, gbps: f64) -> String {
+    let mut totals = Numbers::default();
+    let workers = state
+        .workers
+        .iter()
+        .map(|w| {
+            totals.add(w);
+            let mut numbers = Numbers::default();
+            numbers.add(w);
+            Worker {
+                index: w.index,
+                cpu: w.cpu,
+                node: w.node,
+                cpu_seconds: super::thread_cpu_seconds(w.tid.load(Ordering::Relaxed)),
+                numbers,
+            }
+        })
+        .collect();
+    let status = Status {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_secs: state.started.elapsed().as_secs_f64(),
+        shutting_down: state.shutting_down.load(Ordering::Relaxed),
+        tls_mode: state.tls_mode,
+        gbps,
+        load: state.load_line(gbps),
+        totals,
+        workers,
+    };
+    serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
+}

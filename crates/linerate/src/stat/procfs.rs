@@ -1,0 +1,149 @@
+//! Cheap kernel counters from /proc: each file is one small read, whatever the
+//! number of connections.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+/// Cumulative counters at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Kernel {
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    /// Receive and transmit errors and drops.
+    pub errors: u64,
+    pub tcp_established: u64,
+    /// Jiffies busy (user, nice, system, irq, softirq, steal) and in total.
+    pub cpu_busy: u64,
+    pub cpu_total: u64,
+    pub context_switches: u64,
+    pub interrupts: u64,
+    pub mem_available_kb: u64,
+    /// Direct-reclaim stalls (`allocstall_*` of /proc/vmstat).
+    pub reclaim_stalls: u64,
+}
+
+impl Kernel {
+    pub fn read(proc_root: &Path, ifaces: &[String]) -> anyhow::Result<Kernel> {
+        let read = |name: &str| {
+            let p = proc_root.join(name);
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))
+        };
+        let mut k = Kernel::default();
+        parse_net_dev(&read("net/dev")?, ifaces, &mut k);
+        k.tcp_established = parse_snmp_tcp(&read("net/snmp")?, "CurrEstab").unwrap_or(0);
+        parse_stat(&read("stat")?, &mut k);
+        k.mem_available_kb = parse_meminfo(&read("meminfo")?, "MemAvailable").unwrap_or(0);
+        k.reclaim_stalls = parse_vmstat_stalls(&read("vmstat")?);
+        Ok(k)
+    }
+}
+
+fn numbers(s: &str) -> Vec<u64> {
+    s.split_whitespace().map(|n| n.parse().unwrap_or(0)).collect()
+}
+
+/// `/proc/net/dev`: `  IF: rx_bytes rx_packets rx_errs rx_drop fifo frame compressed
+/// multicast tx_bytes tx_packets tx_errs tx_drop ...`.
+pub fn parse_net_dev(text: &str, ifaces: &[String], k: &mut Kernel) {
+    for line in text.lines().skip(2) {
+        let Some((name, rest)) = line.split_once(':') else { continue };
+        let name = name.trim();
+        if !ifaces.is_empty() && !ifaces.iter().any(|i| i == name) {
+            continue;
+        }
+        let v = numbers(rest);
+        if v.len() < 12 {
+            continue;
+        }
+        k.rx_bytes += v[0];
+        k.rx_packets += v[1];
+        k.tx_bytes += v[8];
+        k.tx_packets += v[9];
+        k.errors += v[2] + v[3] + v[10] + v[11];
+    }
+}
+
+/// A column of the `Tcp:` lines of `/proc/net/snmp` (a header line, then values).
+pub fn parse_snmp_tcp(text: &str, column: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let header = lines.next()?;
+    let values = lines.next()?;
+    let i = header.split_whitespace().position(|h| h == column)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// `/proc/stat`: the aggregate `cpu` line, `ctxt` and `intr`.
+pub fn parse_stat(text: &str, k: &mut Kernel) {
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        match parts.next() {
+            Some("cpu") => {
+                let v: Vec<u64> = parts.map(|n| n.parse().unwrap_or(0)).collect();
+                // user nice system idle iowait irq softirq steal (guest is inside user)
+                let get = |i: usize| v.get(i).copied().unwrap_or(0);
+                k.cpu_busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+                k.cpu_total = k.cpu_busy + get(3) + get(4);
+            }
+            Some("ctxt") => k.context_switches = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+            Some("intr") => k.interrupts = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+            _ => {}
+        }
+    }
+}
+
+/// A `Name:   123 kB` line of `/proc/meminfo`.
+pub fn parse_meminfo(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key).then(|| v.split_whitespace().next()?.parse().ok()).flatten()
+    })
+}
+
+/// Sum of the `allocstall*` counters of `/proc/vmstat`.
+pub fn parse_vmstat_stalls(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with("allocstall"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NET_DEV: &str = "Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
+  eth0: 5000      50    1    2    0     0          0         0     7000      70    3    4    0     0       0          0
+";
+
+    #[test]
+    fn net_dev() {
+        let mut k = Kernel::default();
+        parse_net_dev(NET_DEV, &[], &mut k);
+        assert_eq!((k.rx_bytes, k.tx_bytes, k.rx_packets, k.tx_packets, k.errors), (6000, 8000, 60, 80, 10));
+        let mut k = Kernel::default();
+        parse_net_dev(NET_DEV, &["eth0".to_string()], &mut k);
+        assert_eq!((k.rx_bytes, k.errors), (5000, 10));
+    }
+
+    #[test]
+    fn snmp_stat_meminfo_vmstat() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs\nTcp: 1 200 120000 -1 10 20 0 0 42 1000\n";
+        assert_eq!(parse_snmp_tcp(snmp, "CurrEstab"), Some(42));
+        let mut k = Kernel::default();
+        parse_stat("cpu  10 1 5 100 4 2 3 1 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\nintr 999 1 2\nctxt 777\n", &mut k);
+        assert_eq!((k.cpu_busy, k.cpu_total, k.interrupts, k.context_switches), (22, 126, 999, 777));
+        assert_eq!(parse_meminfo("MemTotal: 10 kB\nMemAvailable:    2048 kB\n", "MemAvailable"), Some(2048));
+        assert_eq!(parse_vmstat_stalls("allocstall_dma 1\nallocstall_normal 5\npgfault 100\n"), 6);
+    }
+
+    #[test]
+    fn reads_this_machine() {
+        let k = Kernel::read(Path::new("/proc"), &[]).unwrap();
+        assert!(k.cpu_total > 0 && k.mem_available_kb > 0 && k.context_switches > 0, "{k:?}");
+    }
+}
