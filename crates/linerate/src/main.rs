@@ -1,6 +1,8 @@
-//! The `linerate` command: `linerate serve` runs the media server.
+//! The `linerate` command: `linerate serve` runs the media server, `linerate bench`
+//! the streaming load generator.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod config;
 mod demo;
 mod server;
@@ -26,6 +28,8 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 (sendfile, one pinned worker per CPU).
     Serve(ServeArgs),
+    /// Stream from a server as many paced viewers (or closed loop) and report QoE.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,6 +20,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+pub mod clock;
+
 /// Linux moves at most this many bytes in one `sendfile` call (`MAX_RW_COUNT`,
 /// `INT_MAX & PAGE_MASK`); larger requests are silently shortened, so callers loop.
 pub const SENDFILE_MAX_BYTES: usize = 0x7fff_f000;
