@@ -220,3 +220,8 @@ echo "| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB 
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 awk '$3 == "n/a" { printf "| %s | %s | n/a (needs linerate HTTPS) |||||||||||\n", $1, $2; next }
      { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
+# A run that moved nothing is a broken set-up, not a result.
+if awk '$3 != "n/a" && $3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
+    echo "a run moved no data" >&2
+    exit 1
+fi
