@@ -37,7 +37,7 @@ fn https_sessions_verify_bytes_with_a_test_ca_or_insecure() {
 
     // Paced over TLS too.
     let mut args = common.to_vec();
-    args.extend_from_slice(&["--cacert", cacert, "--sessions", "3", "--duration", "2", "--bitrate-mbps", "4"]);
+    args.extend_from_slice(&["--cacert", cacert, "--sessions", "3", "--duration", "2", "--bitrate-mbps", "1"]);
     let j = bench(&args, Duration::from_secs(30)).json();
     assert_eq!(num(&j, "errors_total"), 0.0, "{j:#}");
     assert!(num(&j, "plays_started") >= 3.0, "{j:#}");

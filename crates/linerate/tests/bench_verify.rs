@@ -38,11 +38,11 @@ fn paced_sessions_receive_exactly_the_files_bytes() {
             "--duration",
             "2",
             "--bitrate-mbps",
-            "8",
+            "1",
             "--segment-bytes",
             "65536",
             "--startup-segments",
-            "2",
+            "3",
             "--verify",
             &root,
             "--json",
@@ -58,9 +58,10 @@ fn paced_sessions_receive_exactly_the_files_bytes() {
     assert!(num(&j, "play_delay_ms.count") >= 6.0);
     assert!(num(&j, "ttfb_ms.p50") > 0.0 && num(&j, "ttfb_ms.p50") <= num(&j, "ttfb_ms.max"));
     assert!(num(&j, "segment_ms.p99") >= num(&j, "ttfb_ms.p50"));
-    // 6 viewers at 8 Mb/s need 48 Mb/s; a loopback server keeps up without stalls.
+    // 6 viewers at 1 Mb/s with 1.5 s of buffer: a loopback server keeps up without
+    // stalls, even on a busy machine.
     assert_eq!(num(&j, "rebuffers"), 0.0, "{j:#}");
-    assert!(num(&j, "client_cpu_s_per_gb") > 0.0);
+    assert!(num(&j, "client_cpu_s_per_gb") >= 0.0); // may round to 0 ticks at this rate
     assert_eq!(j["timeline"].as_array().unwrap().len(), 2);
     assert!(run.elapsed < Duration::from_secs(10), "took {:?}", run.elapsed);
 }
@@ -71,9 +72,8 @@ fn paced_sessions_ask_for_one_segment_per_segment_duration() {
     content.write_random("long.bin", 2 << 20, 4);
     let server = Server::start(&["--root", &content.root_arg()]);
     // 32 KiB at 1.048576 Mb/s = 0.25 s per segment; a 2 MiB title lasts 16 s, longer
-    // than the run. Per viewer in 2 s: 2 start-up segments, then one per 0.25 s with
-    // 2 segments of buffer ahead: about 2 + 8 = 10 requests (one more may complete at
-    // the boundary).
+    // than the run. Per viewer in 2 s: 3 start-up segments, then one per 0.25 s with
+    // 3 segments of buffer ahead: about 3 + 8 = 11 requests.
     let run = bench(
         &[
             "--base-url",
@@ -89,20 +89,58 @@ fn paced_sessions_ask_for_one_segment_per_segment_duration() {
             "--segment-bytes",
             "32768",
             "--startup-segments",
-            "2",
+            "3",
             "--json",
         ],
         Duration::from_secs(30),
     );
     let j = run.json();
     let requests = num(&j, "requests");
-    assert!((4.0 * 9.0..=4.0 * 11.0).contains(&requests), "expected about 40 paced requests: {j:#}");
+    assert!((4.0 * 10.0..=4.0 * 12.0).contains(&requests), "expected about 44 paced requests: {j:#}");
     assert_eq!(num(&j, "plays_started"), 4.0);
     assert_eq!(num(&j, "rebuffers"), 0.0);
     // Each second carries about 4 viewers x 4 segments.
     let timeline = j["timeline"].as_array().unwrap();
     let last = timeline[1]["requests"].as_f64().unwrap();
     assert!((12.0..=20.0).contains(&last), "{timeline:?}");
+}
+
+#[test]
+fn a_connection_closed_by_the_servers_idle_timeout_is_reopened_without_error() {
+    let content = Content::new();
+    content.write_random("long.bin", 2 << 20, 5);
+    let config = common::ConfigFile::new("[timeouts]\nkeepalive = \"1s\"\n");
+    let server = Server::start(&["--root", &content.root_arg(), "--config", config.arg()]);
+    // 64 KiB at 0.349525 Mb/s = 1.5 s between requests, longer than the server's
+    // 1 s keep-alive: every steady-state request finds its connection closed.
+    let run = bench(
+        &[
+            "--base-url",
+            &server.url("/"),
+            "--files",
+            "long.bin",
+            "--sessions",
+            "3",
+            "--duration",
+            "4",
+            "--bitrate-mbps",
+            "0.349525",
+            "--segment-bytes",
+            "65536",
+            "--startup-segments",
+            "1",
+            "--verify",
+            &content.root_arg(),
+            "--json",
+        ],
+        Duration::from_secs(30),
+    );
+    let j = run.json();
+    assert_eq!(num(&j, "errors_total"), 0.0, "{j:#}");
+    assert!(num(&j, "reconnects") >= 3.0, "{j:#}");
+    assert!(num(&j, "connections") >= 6.0, "{j:#}");
+    assert_eq!(num(&j, "rebuffers"), 0.0, "{j:#}");
+    assert_eq!(num(&j, "verified_bytes"), num(&j, "bytes"));
 }
 
 #[test]
@@ -155,6 +193,8 @@ fn closed_loop_from_a_url_list_verifies_and_reports_the_contract_keys() {
     assert_eq!(j["mode"], "max-rate");
     assert!(num(&j, "requests") > 20.0, "closed loop fetches back to back: {j:#}");
     assert!(num(&j, "gbps") > 0.0);
+    // Hundreds of MB in a closed loop take more than one 10 ms clock tick of CPU.
+    assert!(num(&j, "client_cpu_s") > 0.0 && num(&j, "client_cpu_s_per_gb") > 0.0, "{j:#}");
     assert_eq!(num(&j, "verified_bytes"), num(&j, "bytes"));
     assert_eq!(num(&j, "rebuffers"), 0.0);
 }

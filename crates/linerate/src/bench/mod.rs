@@ -97,7 +97,8 @@ pub struct BenchArgs {
     /// Longest time to connect (and finish a TLS handshake), in seconds.
     #[arg(long, value_name = "S", default_value_t = 5.0)]
     connect_timeout: f64,
-    /// Longest time for one request, from sending it to its last byte, in seconds.
+    /// Longest time for one request, from issuing it (connecting first if needed) to
+    /// its last byte, in seconds. A request still incomplete then is a `timeout`.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     timeout: f64,
     /// Compare every body byte with the file at the same offset under DIR (the URL

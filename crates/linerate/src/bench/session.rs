@@ -153,8 +153,8 @@ impl Session {
                     // A player retries the same segment; back off so a refusing
                     // server is not hammered (100 ms doubling up to 2 s).
                     self.conn = None;
-                    failures += 1;
                     let wait = Duration::from_millis(100 << failures.min(5)).min(Duration::from_secs(2));
+                    failures += 1;
                     sleep_until((Instant::now() + wait).min(plan.end).into()).await;
                 }
             }
@@ -246,7 +246,9 @@ impl Session {
                 }
                 // The server closed a kept-alive connection before our request
                 // reached it (its idle timeout): a real client retries once.
-                Ok(Err(ExchangeError::Closed { response_started: false })) if reused && !retried => {
+                Ok(Err(ExchangeError::Closed { .. } | ExchangeError::Io(_)))
+                    if reused && !retried && first_byte.is_none() =>
+                {
                     retried = true;
                     self.conn = None;
                     ctx.stats.borrow_mut().reconnects += 1;
