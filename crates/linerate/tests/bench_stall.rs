@@ -194,6 +194,9 @@ fn refused_connections_count_as_connect_errors_with_back_off() {
     assert_eq!(num(&j, "errors_total"), connect);
     assert_eq!(num(&j, "plays_started"), 0.0);
     assert_eq!(num(&j, "plays_not_started"), 2.0);
+    // Viewers that never saw a picture count in the play delay with their whole wait.
+    assert_eq!(num(&j, "play_delay_ms.count"), 2.0);
+    assert!(num(&j, "play_delay_ms.p50") >= 1900.0, "{j:#}");
     assert_eq!(num(&j, "requests"), 0.0);
     assert!(j["first_error"].as_str().unwrap().contains("connect"), "{j:#}");
 }

@@ -8,7 +8,9 @@
 //!   shorter) are fetched back to back, as fast as the server delivers them.
 //!   Playback starts at `P`, the moment the `K`-th segment has fully arrived.
 //!   **Play delay** = `P` − the moment the play began (its first request, including
-//!   connecting): the time a viewer looks at a black screen after pressing play.
+//!   connecting): the time a viewer looks at a black screen after pressing play. A
+//!   play still in start-up when the run ends has waited at least until the end;
+//!   that wait is its (censored) play delay.
 //! - **Steady state.** Segment `i >= K` is requested at
 //!   `P + (i − K)·D + S` (or as soon as segment `i − 1` has arrived, if that is later),
 //!   where `D` is the segment duration (segment bytes × 8 / bitrate) and `S` the stall
@@ -49,6 +51,9 @@ pub struct Playback {
 pub struct PlayOutcome {
     /// `Some` if playback started.
     pub play_delay: Option<Duration>,
+    /// If playback had not started: how long the viewer had waited (a lower bound
+    /// on its play delay).
+    pub startup_wait: Duration,
     pub watch: Duration,
     pub stall: Duration,
     pub rebuffers: u32,
@@ -132,7 +137,7 @@ impl Playback {
     /// deadline counts as a stall up to `now`.
     pub fn finish(mut self, now: Duration, paced: bool) -> PlayOutcome {
         let Some(p) = self.playing_since else {
-            return PlayOutcome::default();
+            return PlayOutcome { startup_wait: now.saturating_sub(self.began), ..PlayOutcome::default() };
         };
         if paced {
             if let Some(i) = self.next_segment() {
@@ -149,6 +154,7 @@ impl Playback {
         };
         PlayOutcome {
             play_delay: Some(p - self.began),
+            startup_wait: Duration::ZERO,
             watch: end.saturating_sub(p),
             stall: self.stall,
             rebuffers: self.rebuffers,
@@ -217,10 +223,10 @@ mod tests {
     }
 
     #[test]
-    fn a_play_that_never_started_has_no_delay_and_no_watch_time() {
+    fn a_play_that_never_started_has_only_a_startup_wait() {
         let mut p = Playback::new(s(2.0), 3, 100, s(1.0));
         p.arrived(s(2.0), true);
-        assert_eq!(p.finish(s(30.0), true), PlayOutcome::default());
+        assert_eq!(p.finish(s(30.0), true), PlayOutcome { startup_wait: s(29.0), ..PlayOutcome::default() });
     }
 
     #[test]

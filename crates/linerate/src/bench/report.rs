@@ -123,7 +123,7 @@ impl Summary {
             client_cpu_s: cpu_s,
             client_cpu_s_per_gb: if gb > 0.0 { cpu_s / gb } else { 0.0 },
             sessions_dropped_at_backstop: dropped,
-            timeline: stats.timeline.iter().enumerate().map(|(i, b)| Second::of(i, b)).collect(),
+            timeline: stats.timeline.iter().enumerate().map(|(i, b)| Second::of(i, b, elapsed_s)).collect(),
         }
     }
 
@@ -161,7 +161,7 @@ impl Summary {
         }
         let _ = writeln!(
             o,
-            "plays        {} started, {} still starting at the end",
+            "plays        {} started, {} still starting at the end (in play delay with their wait so far)",
             self.plays_started, self.plays_not_started
         );
         let _ = writeln!(
@@ -187,10 +187,12 @@ impl Summary {
 }
 
 impl Second {
-    fn of(i: usize, b: &Bucket) -> Second {
+    /// Second `i` of a run that lasted `elapsed_s` (the last one may be partial).
+    fn of(i: usize, b: &Bucket, elapsed_s: f64) -> Second {
+        let span_s = (elapsed_s - i as f64).clamp(1e-3, 1.0);
         Second {
             t_s: i,
-            gbps: b.bytes as f64 * 8.0 / 1e9,
+            gbps: b.bytes as f64 * 8.0 / span_s / 1e9,
             requests: b.requests,
             errors: b.errors,
             rebuffers: b.rebuffers,

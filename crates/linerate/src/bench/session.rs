@@ -173,7 +173,12 @@ impl Session {
                 stats.plays_started += 1;
                 WorkerStats::record(&mut stats.play_delay_usecs, delay);
             }
-            None => stats.plays_not_started += 1,
+            None => {
+                // Still starting at the end: it waited at least this long, so it
+                // counts in the play delay percentiles with that lower bound.
+                stats.plays_not_started += 1;
+                WorkerStats::record(&mut stats.play_delay_usecs, out.startup_wait);
+            }
         }
         stats.rebuffers += u64::from(out.rebuffers);
         stats.stall += out.stall;
