@@ -166,6 +166,8 @@ fn closed_loop_from_a_url_list_verifies_and_reports_the_contract_keys() {
             "4",
             "--duration",
             "1",
+            "--bitrate-mbps",
+            "5", // the contract allows it beside --max-rate, which ignores it
             "--max-rate",
             "--segment-bytes",
             "131072",

@@ -73,7 +73,8 @@ pub struct BenchArgs {
     duration: f64,
     /// Playback bitrate of every title, in Mb/s: a session asks for one segment per
     /// segment duration (segment bytes x 8 / bitrate) once its start-up buffer is full.
-    #[arg(long, value_name = "R", default_value_t = 5.0, conflicts_with = "max_rate")]
+    /// Ignored with `--max-rate`.
+    #[arg(long, value_name = "R", default_value_t = 5.0)]
     bitrate_mbps: f64,
     /// Bytes per segment (each request is one byte range of this size).
     #[arg(long, value_name = "B", default_value_t = 2 << 20)]
