@@ -30,10 +30,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https"
-dir="${TMPDIR:-/tmp}/linerate-qoe" bin=""
+dir="${TMPDIR:-/tmp}/linerate-qoe" bin="" quick=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) sessions=40 duration=5 ramp=0 titles=4 title_mib=16 ;;
+        --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 ;;
         --sessions) sessions=$2; shift ;;
         --duration) duration=$2; shift ;;
         --bitrate-mbps) bitrate=$2; shift ;;
@@ -49,6 +49,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+
+[ "$quick" -eq 1 ] && dir="$dir-quick"
 
 for tool in nginx openssl python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nginx openssl python3)" >&2; exit 1; }

@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 (sendfile, one pinned worker per CPU).
     Serve(ServeArgs),
-    /// Stream from a server as many paced viewers (or closed loop) and report QoE.
+    /// Play paced streaming sessions (or a closed loop) against a server; report QoE.
     Bench(bench::BenchArgs),
 }
 
