@@ -1,7 +1,9 @@
-//! The `linerate` command: `linerate serve` runs the media server.
+//! The `linerate` command: `linerate serve` runs the media server, `linerate bench`
+//! the streaming load generator.
 #![forbid(unsafe_code)]
 
 mod admin;
+mod bench;
 mod config;
 mod demo;
 mod dim_sim;
@@ -40,6 +42,8 @@ enum Command {
     /// Check (and with --apply, change) host settings a serving box depends on;
     /// `tune dim` runs the interrupt-moderation controller on a NIC.
     Tune(tune::TuneArgs),
+    /// Play paced streaming sessions (or a closed loop) against a server; report QoE.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat::run(args),
         Command::Dim(args) => dim_sim::run(args),
         Command::Tune(args) => tune::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

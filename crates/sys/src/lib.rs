@@ -13,13 +13,15 @@
 //! - every `unsafe` block carries a `SAFETY:` comment stating the invariant it relies on;
 //! - kernel quirks are written down at the call site with the kernel version.
 //!
-//! Kernel TLS lives in [`ktls`]; socket diagnostics (kTLS offload state) in [`sockdiag`].
+//! Modules: [`ktls`] (kernel TLS), [`sockdiag`] (kTLS offload state per socket),
+//! [`tcp`] (TCP_INFO, SO_INCOMING_CPU, per-socket TCP settings), [`ethtool`] (NIC
+//! coalescing, stats, features), [`clock`] (clock ticks).
 
+pub mod clock;
+pub mod ethtool;
 pub mod ktls;
 pub mod sockdiag;
 pub mod tcp;
-
-pub mod ethtool;
 
 use std::ffi::{CString, OsStr};
 use std::io;

@@ -117,17 +117,6 @@ pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(u32::from_ne_bytes(v))
 }
 
-/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of CPU times in /proc.
-pub fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf only reads a constant.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
-}
-
 /// The calling thread's kernel id (for its CPU time in /proc/self/task/TID/stat).
 pub fn current_tid() -> u32 {
     // SAFETY: gettid takes no arguments and cannot fail.

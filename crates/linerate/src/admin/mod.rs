@@ -220,7 +220,7 @@ pub fn thread_cpu_seconds(tid: u32) -> Option<f64> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / linerate_sys::tcp::clock_ticks_per_sec() as f64)
+    Some(ticks as f64 / linerate_sys::clock::ticks_per_second().ok()? as f64)
 }
 
 #[cfg(test)]

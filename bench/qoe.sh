@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# Quality of experience under load: linerate vs nginx, side by side, as viewers see it.
+#
+# Serves one catalogue (Zipf-popular titles of random bytes, warmed into the page
+# cache) from nginx and from linerate in turn, over HTTP and over HTTPS, and drives
+# each with `linerate bench`: N paced sessions at a target bitrate, 2 MiB segments,
+# 3 start-up segments, for a fixed duration. One run per (protocol, server), one
+# after the other. Prints a table: Gb/s, play delay p50/p99, TTFB p99, rebuffer
+# ratio, errors, the server's peak RSS (all nginx processes summed), the whole
+# machine's busy CPU during the run (from /proc/stat: at the same offered load, CPU
+# spent is the efficiency figure), and the client's own CPU.
+#
+# Usage: bench/qoe.sh [--quick] [--sessions N] [--duration S] [--bitrate-mbps R]
+#          [--ramp N] [--titles N] [--title-mib M] [--workers N] [--protocols "http https"]
+#          [--dir DIR] [--bin PATH]
+#   defaults: 10000 sessions at 5 Mb/s for 60 s, started at 1000 per second,
+#             50 titles of 64 MiB, 2 server workers.
+#   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
+#
+# Limits: each process may open 20,000 files here. The bench needs one socket per
+# session (at most 10,000) and so does the server; they are separate processes, so
+# both fit. nginx gets worker_rlimit_nofile 19000; linerate derives its per-worker
+# connection cap from its own limit.
+#
+# linerate over HTTPS uses `serve --tls-listen ADDR:PORT --cert FILE --key FILE`; a
+# linerate without that option gets an "n/a" row and a notice.
+#
+# Needs: nginx, openssl, python3 (Debian packages), and cargo to build linerate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https"
+dir="${TMPDIR:-/tmp}/linerate-qoe" bin="" quick=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 ;;
+        --sessions) sessions=$2; shift ;;
+        --duration) duration=$2; shift ;;
+        --bitrate-mbps) bitrate=$2; shift ;;
+        --ramp) ramp=$2; shift ;;
+        --titles) titles=$2; shift ;;
+        --title-mib) title_mib=$2; shift ;;
+        --workers) workers=$2; shift ;;
+        --protocols) protocols=$2; shift ;;
+        --dir) dir=$2; shift ;;
+        --bin) bin=$2; shift ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+[ "$quick" -eq 1 ] && dir="$dir-quick"
+
+for tool in nginx openssl python3; do
+    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nginx openssl python3)" >&2; exit 1; }
+done
+if [ -z "$bin" ]; then
+    cargo build --release --locked -q -p linerate
+    bin=target/release/linerate
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- catalogue -------------------------------------------------------------------
+mkdir -p "$dir"
+size=$((title_mib * 1024 * 1024))
+names=()
+for i in $(seq -w 1 "$titles"); do
+    f="$dir/title$i.bin"
+    if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
+        head -c "$size" /dev/urandom > "$f"
+    fi
+    cat "$f" > /dev/null # into the page cache
+    names+=("title$i.bin")
+done
+file_list=$(IFS=,; echo "${names[*]}")
+
+# --- certificates: a test CA and a server certificate for 127.0.0.1 ----------------
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=qoe test CA" \
+    -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+    -keyout "$work/key.pem" -out "$work/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$work/ext.cnf"
+openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+    -extfile "$work/ext.cnf" -out "$work/cert.pem" 2>/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+    for _ in $(seq 1 200); do
+        python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# --- servers ---------------------------------------------------------------------
+server_pid=""
+start_nginx() { # protocol
+    local port listen
+    port=$(free_port)
+    listen="listen 127.0.0.1:$port reuseport;"
+    [ "$1" = https ] && listen="listen 127.0.0.1:$port ssl reuseport; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
+    mkdir -p "$work/nginx"
+    cat > "$work/nginx/nginx.conf" <<NGINX
+worker_processes $workers;
+daemon off;
+master_process on;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+worker_rlimit_nofile 19000;
+events { worker_connections 12000; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    open_file_cache max=1000;
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    types { application/octet-stream bin; }
+    server { $listen root $dir; }
+}
+NGINX
+    nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
+    server_pid=$!
+    pids+=("$server_pid")
+    wait_port "$port" || { echo "nginx did not start" >&2; return 1; }
+    base="$1://127.0.0.1:$port/"
+}
+start_linerate() { # protocol
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn)
+    if [ "$1" = https ]; then
+        "$bin" serve --help | grep -q -- '--tls-listen' || return 2
+        args+=(--listen 127.0.0.1:0 --tls-listen "127.0.0.1:$(free_port)" --cert "$work/cert.pem" --key "$work/key.pem")
+    else
+        args+=(--listen 127.0.0.1:0)
+    fi
+    "$bin" "${args[@]}" > "$work/linerate.out" &
+    server_pid=$!
+    pids+=("$server_pid")
+    for _ in $(seq 1 200); do
+        grep -q "^listening $1://" "$work/linerate.out" 2>/dev/null && break
+        sleep 0.05
+    done
+    base="$(sed -n "s|^listening \($1://.*\)|\1|p" "$work/linerate.out" | head -1)/"
+    [ "$base" != "/" ] || { echo "linerate did not start" >&2; return 1; }
+}
+stop_server() {
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+}
+
+# Resident memory of a process and its children, in KiB.
+tree_rss_kib() {
+    local t=0 p
+    for p in "$1" $(pgrep -P "$1" || true); do
+        t=$((t + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+machine_ticks() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat; }
+
+results="$work/results"
+run_one() { # protocol server
+    local proto=$1 server=$2 rc=0
+    if [ "$server" = nginx ]; then start_nginx "$proto"; else start_linerate "$proto" || rc=$?; fi
+    if [ "$rc" -eq 2 ]; then
+        echo "  $server $proto: n/a: this linerate has no --tls-listen (needs HTTPS support)"
+        echo "$proto $server n/a" >> "$results"
+        return 0
+    fi
+    [ "$rc" -eq 0 ] || exit 1
+    local ramp_args=()
+    [ "$ramp" != 0 ] && ramp_args=(--ramp "$ramp")
+    read -r b0 t0 < <(machine_ticks)
+    "$bin" bench --base-url "$base" --files "$file_list" --sessions "$sessions" --duration "$duration" \
+        --bitrate-mbps "$bitrate" --segment-bytes 2097152 --startup-segments 3 --zipf 1 "${ramp_args[@]}" \
+        --cacert "$work/ca.pem" --json > "$work/bench.json" &
+    local bench_pid=$! peak=0 r
+    while kill -0 "$bench_pid" 2>/dev/null; do
+        r=$(tree_rss_kib "$server_pid"); [ "$r" -gt "$peak" ] && peak=$r
+        sleep 1
+    done
+    wait "$bench_pid" || { echo "linerate bench failed against $server $proto" >&2; exit 1; }
+    read -r b1 t1 < <(machine_ticks)
+    stop_server
+    python3 - "$work/bench.json" "$proto" "$server" "$peak" "$((b1 - b0))" "$((t1 - t0))" "$(getconf CLK_TCK)" >> "$results" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+proto, server, peak_kib, busy, total, clk = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+print(proto, server, "%.3f" % j["gbps"], "%.0f" % j["play_delay_ms"]["p50"], "%.0f" % j["play_delay_ms"]["p99"],
+      "%.1f" % j["ttfb_ms"]["p99"], "%.5f" % j["rebuffer_ratio"], j["errors_total"], "%.0f" % (peak_kib / 1024),
+      "%.1f" % (100.0 * busy / max(total, 1)), "%.1f" % (busy / clk), "%.1f" % j["client_cpu_s"], j["plays_started"],
+      j["plays_not_started"])
+PY
+    tail -1 "$results" | awk '{ printf "  %-8s %-5s %7s Gb/s  play delay p50 %s ms p99 %s ms  ttfb p99 %s ms  rebuffer ratio %s  errors %s  rss %s MiB  machine busy %s%%\n", $2, $1, $3, $4, $5, $6, $7, $8, $9, $10 }'
+}
+
+echo "QoE: $sessions sessions at $bitrate Mb/s, 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
+echo "host: $(nproc) CPUs, $(uname -r)"
+for proto in $protocols; do
+    for server in nginx linerate; do
+        run_one "$proto" "$server"
+    done
+done
+
+echo
+echo "| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+awk '$3 == "n/a" { printf "| %s | %s | n/a (needs linerate HTTPS) |||||||||||\n", $1, $2; next }
+     { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
+# A run that moved nothing is a broken set-up, not a result.
+if awk '$3 != "n/a" && $3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
+    echo "a run moved no data" >&2
+    exit 1
+fi

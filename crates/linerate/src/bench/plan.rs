@@ -1,0 +1,67 @@
+//! A run's immutable plan, shared by all workers: the catalogue, the popularity
+//! model, the pacing parameters, the clock, and the bounds.
+
+use std::time::{Duration, Instant};
+
+use super::catalogue::Catalogue;
+use super::zipf::Zipf;
+
+pub struct Plan {
+    pub catalogue: Catalogue,
+    pub zipf: Zipf,
+    /// `None` in closed-loop mode (`--max-rate`).
+    pub bitrate_bps: Option<f64>,
+    pub segment_bytes: u64,
+    /// Playback time of one full segment at the bitrate (zero in closed-loop mode).
+    pub segment_duration: Duration,
+    pub startup_segments: u32,
+    pub start: Instant,
+    pub duration: Duration,
+    pub end: Instant,
+    /// Sessions started per second; `None` starts them all at once.
+    pub ramp_per_second: Option<f64>,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub seed: u64,
+}
+
+impl Plan {
+    /// Paced (player-like) rather than closed-loop.
+    pub fn paced(&self) -> bool {
+        self.bitrate_bps.is_some()
+    }
+
+    pub fn since_start(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.start)
+    }
+
+    pub fn at(&self, since_start: Duration) -> Instant {
+        self.start + since_start
+    }
+
+    /// When session `id` begins, if the sessions are ramped.
+    pub fn session_start(&self, id: u32) -> Option<Instant> {
+        let rate = self.ramp_per_second?;
+        Some(self.start + Duration::from_secs_f64(f64::from(id) / rate))
+    }
+
+    /// Segments of a title (the last one may be short).
+    pub fn segments_of(&self, title: usize) -> u32 {
+        let size = self.catalogue.titles[title].size_bytes;
+        u32::try_from(size.div_ceil(self.segment_bytes)).unwrap_or(u32::MAX)
+    }
+}
+
+/// Playback time of `segment_bytes` at `bitrate_bps`.
+pub fn segment_duration(segment_bytes: u64, bitrate_bps: f64) -> Duration {
+    Duration::from_secs_f64(segment_bytes as f64 * 8.0 / bitrate_bps)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn two_mib_at_five_mbps_lasts_3_36_s() {
+        let d = super::segment_duration(2 << 20, 5e6);
+        assert!((d.as_secs_f64() - 3.355_443_2).abs() < 1e-9);
+    }
+}

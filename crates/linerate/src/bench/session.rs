@@ -1,0 +1,294 @@
+//! One viewer: picks titles by popularity and fetches them segment by segment as a
+//! player would (paced), or back to back (`--max-rate`), on one kept-alive
+//! connection, until the run ends.
+//!
+//! Every wait is bounded by the run's end: pacing sleeps, back-offs, connects (by
+//! `--connect-timeout`) and requests (by `--timeout`). A request cut by the end of
+//! the run is neither an error nor a completed request; the bytes it received count.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::time::{sleep_until, timeout_at};
+
+use super::client::{Conn, ConnectError};
+use super::exchange::{exchange, Buffers, ExchangeError};
+use super::plan::Plan;
+use super::playback::Playback;
+use super::response::{Expect, ResponseError, ResponseReader};
+use super::stats::{ErrorKind, Live, WorkerStats};
+
+/// A worker's state, shared by its sessions (all on the worker's thread).
+pub struct WorkerCtx {
+    pub plan: Arc<Plan>,
+    pub bufs: RefCell<Buffers>,
+    pub stats: RefCell<WorkerStats>,
+    pub live: Arc<Live>,
+    verify_files: RefCell<Vec<Option<File>>>,
+}
+
+impl WorkerCtx {
+    pub fn new(plan: Arc<Plan>, live: Arc<Live>) -> WorkerCtx {
+        let titles = plan.catalogue.titles.len();
+        let seconds = plan.duration.as_secs_f64().ceil() as usize;
+        WorkerCtx {
+            plan,
+            bufs: RefCell::new(Buffers::new()),
+            stats: RefCell::new(WorkerStats::new(seconds)),
+            live,
+            verify_files: RefCell::new((0..titles).map(|_| None).collect()),
+        }
+    }
+
+    fn error(&self, kind: ErrorKind, detail: impl FnOnce() -> String) {
+        let mut stats = self.stats.borrow_mut();
+        stats.errors[kind as usize] += 1;
+        let since = self.plan.since_start(Instant::now());
+        stats.bucket(since).errors += 1;
+        if stats.first_failure.is_none() {
+            stats.first_failure = Some(detail());
+        }
+        self.live.add_error();
+    }
+
+    /// Counts body bytes and, under `--verify`, compares them with the file.
+    /// Returns `false` if they differ (or the file cannot be read).
+    fn take_body(&self, title: usize, offset: u64, body: &[u8], scratch: &mut [u8]) -> bool {
+        let n = body.len() as u64;
+        {
+            let mut stats = self.stats.borrow_mut();
+            stats.body_bytes += n;
+            let since = self.plan.since_start(Instant::now());
+            stats.bucket(since).bytes += n;
+        }
+        self.live.add_bytes(n);
+        let Some(path) = &self.plan.catalogue.titles[title].local else { return true };
+        let mut files = self.verify_files.borrow_mut();
+        let file = match &mut files[title] {
+            Some(f) => f,
+            slot => match File::open(path) {
+                Ok(f) => slot.insert(f),
+                Err(_) => return false,
+            },
+        };
+        let mut done = 0;
+        while done < body.len() {
+            let chunk = (body.len() - done).min(scratch.len());
+            if file.read_exact_at(&mut scratch[..chunk], offset + done as u64).is_err()
+                || scratch[..chunk] != body[done..done + chunk]
+            {
+                return false;
+            }
+            done += chunk;
+        }
+        self.stats.borrow_mut().verified_bytes += n;
+        true
+    }
+}
+
+/// How a fetch ended, other than with the segment.
+enum Stop {
+    /// The run is over.
+    Ended,
+    Failed,
+}
+
+struct Session {
+    ctx: Rc<WorkerCtx>,
+    rng: fastrand::Rng,
+    conn: Option<(usize, Conn)>,
+    reader: ResponseReader,
+    request: Vec<u8>,
+}
+
+/// Runs session `id` until the end of the run.
+pub async fn run(ctx: Rc<WorkerCtx>, id: u32) {
+    let plan = ctx.plan.clone();
+    if let Some(at) = plan.session_start(id) {
+        sleep_until(at.min(plan.end).into()).await;
+    }
+    let mut s = Session {
+        rng: fastrand::Rng::with_seed(plan.seed ^ (u64::from(id) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        ctx,
+        conn: None,
+        reader: ResponseReader::default(),
+        request: Vec::with_capacity(256),
+    };
+    while Instant::now() < plan.end {
+        s.play().await;
+    }
+}
+
+impl Session {
+    /// One play: a title from its first segment until it has played out or the run
+    /// ends. Records the play's QoE.
+    async fn play(&mut self) {
+        let plan = self.ctx.plan.clone();
+        let title = plan.zipf.sample(&mut self.rng);
+        let segments = plan.segments_of(title);
+        let paced = plan.paced();
+        let mut playback =
+            Playback::new(plan.segment_duration, plan.startup_segments, segments, plan.since_start(Instant::now()));
+        let mut failures = 0u32;
+        while let Some(i) = playback.next_segment() {
+            if let Some(at) = playback.request_at(i).filter(|_| paced) {
+                sleep_until(plan.at(at).min(plan.end).into()).await;
+            }
+            if Instant::now() >= plan.end {
+                break;
+            }
+            match self.fetch(title, i).await {
+                Ok(arrived) => {
+                    failures = 0;
+                    if let Some(_late) = playback.arrived(plan.since_start(arrived), paced) {
+                        self.ctx.stats.borrow_mut().bucket(plan.since_start(arrived)).rebuffers += 1;
+                    }
+                }
+                Err(Stop::Ended) => break,
+                Err(Stop::Failed) => {
+                    // A player retries the same segment; back off so a refusing
+                    // server is not hammered (100 ms doubling up to 2 s).
+                    self.conn = None;
+                    let wait = Duration::from_millis(100 << failures.min(5)).min(Duration::from_secs(2));
+                    failures += 1;
+                    sleep_until((Instant::now() + wait).min(plan.end).into()).await;
+                }
+            }
+        }
+        if paced && playback.next_segment().is_none() {
+            // Watch the rest of the title before picking the next one.
+            if let Some(end) = playback.ends_at() {
+                sleep_until(plan.at(end).min(plan.end).into()).await;
+            }
+        }
+        let now = plan.since_start(Instant::now().min(plan.end));
+        let out = playback.finish(now, paced);
+        let mut stats = self.ctx.stats.borrow_mut();
+        match out.play_delay {
+            Some(delay) => {
+                stats.plays_started += 1;
+                WorkerStats::record(&mut stats.play_delay_usecs, delay);
+            }
+            None => {
+                // Still starting at the end: it waited at least this long, so it
+                // counts in the play delay percentiles with that lower bound.
+                stats.plays_not_started += 1;
+                WorkerStats::record(&mut stats.play_delay_usecs, out.startup_wait);
+            }
+        }
+        stats.rebuffers += u64::from(out.rebuffers);
+        stats.stall += out.stall;
+        stats.watch += out.watch;
+    }
+
+    /// Fetches segment `seg` of `title`; returns when its last byte arrived.
+    async fn fetch(&mut self, title: usize, seg: u32) -> Result<Instant, Stop> {
+        let ctx = self.ctx.clone();
+        let plan = &ctx.plan;
+        let t = &plan.catalogue.titles[title];
+        let first = u64::from(seg) * plan.segment_bytes;
+        let last = (first + plan.segment_bytes).min(t.size_bytes) - 1;
+        self.request.clear();
+        self.request.extend_from_slice(&t.request_prefix);
+        self.request.extend_from_slice(format!("{first}-{last}\r\n\r\n").as_bytes());
+
+        let began = Instant::now();
+        let mut retried = false;
+        loop {
+            let reused = matches!(&self.conn, Some((o, _)) if *o == t.origin);
+            if !reused {
+                self.conn = None;
+                let origin = &plan.catalogue.origins[t.origin];
+                let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
+                ctx.stats.borrow_mut().connections += 1;
+                match timeout_at(limit.into(), Conn::open(origin.addr, origin.tls.as_ref())).await {
+                    Ok(Ok(c)) => self.conn = Some((t.origin, c)),
+                    Ok(Err(e)) => return Err(self.fail(ErrorKind::Connect, || connect_detail(&origin.label, &e))),
+                    Err(_) if Instant::now() >= plan.end => return Err(Stop::Ended),
+                    Err(_) => {
+                        let l = &origin.label;
+                        return Err(self.fail(ErrorKind::Connect, || format!("connect to {l}: timed out")));
+                    }
+                }
+            }
+            let (_, conn) = self.conn.as_mut().expect("connected above");
+            let deadline = (began + plan.request_timeout).min(plan.end);
+            self.reader.start(Expect::Range { first, last });
+            let mut first_byte = None;
+            let mut received = 0u64;
+            let result = timeout_at(
+                deadline.into(),
+                exchange(conn, &self.request, &mut self.reader, &ctx.bufs, &mut first_byte, &mut |body, scratch| {
+                    let ok = ctx.take_body(title, first + received, body, scratch);
+                    received += body.len() as u64;
+                    ok
+                }),
+            )
+            .await;
+            let now = Instant::now();
+            let url = &t.url;
+            let kind = match result {
+                Ok(Ok(head)) => {
+                    if head.close {
+                        self.conn = None;
+                    }
+                    let mut stats = ctx.stats.borrow_mut();
+                    stats.requests += 1;
+                    stats.bucket(plan.since_start(now)).requests += 1;
+                    WorkerStats::record(&mut stats.ttfb_usecs, first_byte.unwrap_or(now) - began);
+                    WorkerStats::record(&mut stats.segment_usecs, now - began);
+                    ctx.live.add_request();
+                    return Ok(now);
+                }
+                Err(_) if now >= plan.end => return Err(Stop::Ended),
+                Err(_) => {
+                    let d = plan.request_timeout;
+                    (ErrorKind::Timeout, format!("{url} bytes {first}-{last}: no complete response within {d:?}"))
+                }
+                // The server closed a kept-alive connection before our request
+                // reached it (its idle timeout): a real client retries once.
+                Ok(Err(ExchangeError::Closed { .. } | ExchangeError::Io(_)))
+                    if reused && !retried && first_byte.is_none() =>
+                {
+                    retried = true;
+                    self.conn = None;
+                    ctx.stats.borrow_mut().reconnects += 1;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    let kind = match &e {
+                        ExchangeError::Io(_) | ExchangeError::Closed { .. } if first_byte.is_some() => {
+                            ErrorKind::ShortBody
+                        }
+                        ExchangeError::Io(_) | ExchangeError::Closed { .. } => ErrorKind::Closed,
+                        ExchangeError::Response(ResponseError::Status(_)) => ErrorKind::Status,
+                        ExchangeError::Response(ResponseError::Protocol(_)) => ErrorKind::Protocol,
+                        ExchangeError::Rejected => ErrorKind::Verify,
+                    };
+                    let what = match kind {
+                        ErrorKind::Verify => {
+                            format!("body differs from the file at or after offset {}", first + received)
+                        }
+                        _ => e.to_string(),
+                    };
+                    (kind, format!("{url} bytes {first}-{last}: {what}"))
+                }
+            };
+            self.conn = None;
+            return Err(self.fail(kind.0, || kind.1));
+        }
+    }
+
+    fn fail(&self, kind: ErrorKind, detail: impl FnOnce() -> String) -> Stop {
+        self.ctx.error(kind, detail);
+        Stop::Failed
+    }
+}
+
+fn connect_detail(label: &str, e: &ConnectError) -> String {
+    format!("connect to {label}: {e}")
+}

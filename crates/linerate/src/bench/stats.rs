@@ -1,0 +1,195 @@
+//! What a worker measures, kept by that worker alone and merged at the end.
+//!
+//! Histograms, counters and the per-second timeline are plain fields owned by one
+//! worker thread (no atomics, no sharing). Only [`Live`] is read by another thread,
+//! for the progress bar: single-writer counters on a cache line of their own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Kinds of failed requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No connection: refused, reset, unreachable, TLS handshake failed, out of
+    /// descriptors, or not connected within `--connect-timeout`.
+    Connect = 0,
+    /// Connected, but the response was not complete within `--timeout`.
+    Timeout,
+    /// A status other than the one asked for (206 to a range request).
+    Status,
+    /// The connection closed or broke after the response had started.
+    ShortBody,
+    /// The connection closed or broke before any byte of the response.
+    Closed,
+    /// A malformed head, a wrong Content-Range or Content-Length, bytes after the end.
+    Protocol,
+    /// Body bytes differ from the file under `--verify DIR`.
+    Verify,
+}
+
+pub const ERROR_KINDS: usize = 7;
+pub const ERROR_NAMES: [&str; ERROR_KINDS] =
+    ["connect", "timeout", "status", "short_body", "closed", "protocol", "verify"];
+
+/// Histogram range: 1 µs to one hour, 3 significant digits.
+const HIST_MAX_USECS: u64 = 3_600_000_000;
+
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_USECS, 3).expect("valid histogram bounds")
+}
+
+/// One second of the run.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Bucket {
+    pub bytes: u64,
+    pub requests: u64,
+    pub errors: u64,
+    pub rebuffers: u64,
+}
+
+/// Everything one worker measured.
+pub struct WorkerStats {
+    pub ttfb_usecs: Histogram<u64>,
+    pub segment_usecs: Histogram<u64>,
+    pub play_delay_usecs: Histogram<u64>,
+    pub requests: u64,
+    pub body_bytes: u64,
+    pub verified_bytes: u64,
+    pub errors: [u64; ERROR_KINDS],
+    pub rebuffers: u64,
+    pub stall: Duration,
+    pub watch: Duration,
+    pub plays_started: u64,
+    pub plays_not_started: u64,
+    pub connections: u64,
+    /// Requests retried once on a new connection because a kept-alive one had been
+    /// closed by the server before the request arrived (not an error).
+    pub reconnects: u64,
+    pub timeline: Vec<Bucket>,
+    pub first_failure: Option<String>,
+}
+
+impl WorkerStats {
+    pub fn new(seconds: usize) -> WorkerStats {
+        WorkerStats {
+            ttfb_usecs: histogram(),
+            segment_usecs: histogram(),
+            play_delay_usecs: histogram(),
+            requests: 0,
+            body_bytes: 0,
+            verified_bytes: 0,
+            errors: [0; ERROR_KINDS],
+            rebuffers: 0,
+            stall: Duration::ZERO,
+            watch: Duration::ZERO,
+            plays_started: 0,
+            plays_not_started: 0,
+            connections: 0,
+            reconnects: 0,
+            timeline: vec![Bucket::default(); seconds.max(1)],
+            first_failure: None,
+        }
+    }
+
+    /// The timeline bucket for an offset into the run (the last one absorbs overrun).
+    pub fn bucket(&mut self, since_start: Duration) -> &mut Bucket {
+        let i = (since_start.as_secs() as usize).min(self.timeline.len() - 1);
+        &mut self.timeline[i]
+    }
+
+    pub fn record(hist: &mut Histogram<u64>, d: Duration) {
+        hist.saturating_record((d.as_micros() as u64).clamp(1, HIST_MAX_USECS));
+    }
+
+    pub fn merge(&mut self, other: &WorkerStats) {
+        self.ttfb_usecs.add(&other.ttfb_usecs).expect("same bounds");
+        self.segment_usecs.add(&other.segment_usecs).expect("same bounds");
+        self.play_delay_usecs.add(&other.play_delay_usecs).expect("same bounds");
+        self.requests += other.requests;
+        self.body_bytes += other.body_bytes;
+        self.verified_bytes += other.verified_bytes;
+        for (a, b) in self.errors.iter_mut().zip(other.errors) {
+            *a += b;
+        }
+        self.rebuffers += other.rebuffers;
+        self.stall += other.stall;
+        self.watch += other.watch;
+        self.plays_started += other.plays_started;
+        self.plays_not_started += other.plays_not_started;
+        self.connections += other.connections;
+        self.reconnects += other.reconnects;
+        if self.timeline.len() < other.timeline.len() {
+            self.timeline.resize(other.timeline.len(), Bucket::default());
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&other.timeline) {
+            a.bytes += b.bytes;
+            a.requests += b.requests;
+            a.errors += b.errors;
+            a.rebuffers += b.rebuffers;
+        }
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&other.first_failure);
+        }
+    }
+}
+
+/// Running totals of one worker for the progress display: written by that worker
+/// only (a relaxed load and store, no locked instruction), read by the main thread.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Live {
+    bytes: AtomicU64,
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Live {
+    fn bump(c: &AtomicU64, n: u64) {
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    pub fn add_bytes(&self, n: u64) {
+        Live::bump(&self.bytes, n);
+    }
+
+    pub fn add_request(&self) {
+        Live::bump(&self.requests, 1);
+    }
+
+    pub fn add_error(&self) {
+        Live::bump(&self.errors, 1);
+    }
+
+    /// (bytes, requests, errors) as last written.
+    pub fn read(&self) -> (u64, u64, u64) {
+        (self.bytes.load(Ordering::Relaxed), self.requests.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_adds_counts_histograms_and_timelines() {
+        let mut a = WorkerStats::new(2);
+        let mut b = WorkerStats::new(3);
+        WorkerStats::record(&mut a.ttfb_usecs, Duration::from_millis(1));
+        WorkerStats::record(&mut b.ttfb_usecs, Duration::from_millis(9));
+        a.errors[ErrorKind::Timeout as usize] = 2;
+        b.errors[ErrorKind::Timeout as usize] = 3;
+        b.bucket(Duration::from_secs(2)).bytes = 7;
+        a.bucket(Duration::from_millis(500)).bytes = 5;
+        a.merge(&b);
+        assert_eq!(a.ttfb_usecs.len(), 2);
+        assert_eq!(a.errors[ErrorKind::Timeout as usize], 5);
+        assert_eq!(a.timeline.len(), 3);
+        assert_eq!(a.timeline[0].bytes, 5);
+        assert_eq!(a.timeline[2].bytes, 7);
+        // Past the end lands in the last bucket.
+        a.bucket(Duration::from_secs(99)).requests += 1;
+        assert_eq!(a.timeline[2].requests, 1);
+    }
+}
