@@ -40,7 +40,8 @@ pub struct Config {
     /// The directory whose files are served.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root: Option<PathBuf>,
-    /// Addresses to listen on (plain HTTP).
+    /// Addresses to listen on (plain HTTP). When neither this nor `tls_listen` is
+    /// set, [`DEFAULT_LISTEN`] is used.
     pub listen: Vec<SocketAddr>,
     /// Addresses to listen on for HTTPS (needs `tls.cert` and `tls.key`).
     pub tls_listen: Vec<SocketAddr>,
@@ -68,11 +69,14 @@ pub struct Config {
     pub mime: BTreeMap<String, String>,
 }
 
+/// Where plain HTTP listens when no address at all is configured.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             root: None,
-            listen: vec!["127.0.0.1:8080".parse().expect("valid default address")],
+            listen: Vec::new(),
             tls_listen: Vec::new(),
             workers: 0,
             index: vec!["index.html".into()],
@@ -377,6 +381,9 @@ impl Config {
         if overrides.no_admin {
             config.admin.enabled = false;
         }
+        if config.listen.is_empty() && config.tls_listen.is_empty() {
+            config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
+        }
         config.validate().map_err(|(key, problem)| ConfigError { file: file.map(Path::to_owned), key, problem })?;
         Ok(config)
     }
@@ -567,7 +574,7 @@ mod tests {
     #[test]
     fn validation_names_key_and_problem() {
         let dir = std::env::temp_dir();
-        let base = Config { root: Some(dir.clone()), ..Config::default() };
+        let base = Config { root: Some(dir.clone()), listen: vec![DEFAULT_LISTEN.parse().unwrap()], ..Config::default() };
         assert!(base.validate().is_ok());
         let cases: Vec<(Config, &str)> = vec![
             (Config { root: None, ..base.clone() }, "root"),
@@ -592,6 +599,21 @@ mod tests {
             assert_eq!(k, key, "{problem}");
             assert!(!problem.is_empty());
         }
+    }
+
+    #[test]
+    fn default_listen_only_without_any_address() {
+        let dir = std::env::temp_dir();
+        let o = Overrides { root: Some(dir.clone()), ..Overrides::default() };
+        assert_eq!(Config::load(None, &o).unwrap().listen, vec![DEFAULT_LISTEN.parse().unwrap()]);
+        let o = Overrides {
+            root: Some(dir),
+            tls_listen: vec!["127.0.0.1:8443".parse().unwrap()],
+            cert: Some("c.pem".into()),
+            key: Some("k.pem".into()),
+            ..Overrides::default()
+        };
+        assert!(Config::load(None, &o).unwrap().listen.is_empty(), "HTTPS only");
     }
 
     #[test]

@@ -1,8 +1,6 @@
 # topology: loopback
 # media: 32
-# default: no
 #
-# Pending until linerate has HTTPS (issue 4): run it by name, `tests/vm/run ktls-absent`.
 # The same kernel without a tls module (its file removed before anything could
 # load it, so the TCP_ULP setsockopt fails as on a kernel without CONFIG_TLS):
 # linerate must detect it, say tls_mode=userspace once, and serve the same bytes

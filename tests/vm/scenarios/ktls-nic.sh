@@ -1,8 +1,6 @@
 # topology: numa2
 # media: 32
-# default: no
 #
-# Pending until linerate has HTTPS (issue 4): run it by name, `tests/vm/run ktls-nic`.
 # kTLS across the emulated NICs: linerate listens on srv1 (the e1000e on node 1),
 # curl fetches from the client namespace over cable 1; bytes match, kTLS counters
 # move by one socket per connection, and srv1 carried at least the body bytes.

@@ -1,8 +1,6 @@
 # topology: loopback
 # media: 32
-# default: no
 #
-# Pending until linerate has HTTPS (issue 4): run it by name, `tests/vm/run ktls`.
 # linerate with kernel TLS on the stock Debian kernel: tls.ko is not preloaded, as
 # on a stock machine; linerate's start-up probe (a TCP_ULP "tls" setsockopt) makes
 # the kernel load it. linerate must say kTLS is active, serve a 32 MiB file and
