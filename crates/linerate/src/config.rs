@@ -57,6 +57,8 @@ pub struct Config {
     pub cache_control: String,
     /// Access-Control-Allow-Origin: empty (no CORS), `*`, or one origin.
     pub cors_allow_origin: String,
+    /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
+    pub debug_headers: bool,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
@@ -64,6 +66,7 @@ pub struct Config {
     pub tcp: Tcp,
     pub stats: Stats,
     pub admin: Admin,
+    pub numa: Numa,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -84,6 +87,7 @@ impl Default for Config {
             server_header: "linerate".into(),
             cache_control: String::new(),
             cors_allow_origin: String::new(),
+            debug_headers: false,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
@@ -91,6 +95,7 @@ impl Default for Config {
             tcp: Tcp::default(),
             stats: Stats::default(),
             admin: Admin::default(),
+            numa: Numa::default(),
             log: Log::default(),
             mime: BTreeMap::new(),
         }
@@ -290,6 +295,60 @@ impl Default for Admin {
     }
 }
 
+/// How a new connection finds its worker.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Steering {
+    /// A worker on the CPU that received the SYN, else one in that CPU's domain
+    /// (a classic-BPF reuseport program).
+    #[default]
+    Cpu,
+    /// The kernel's reuseport hash over all workers.
+    Hash,
+}
+
+/// Where page-cache pages of served files are allocated.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// By the serving worker's reads: on the node of the NIC that received the client.
+    #[default]
+    Network,
+    /// By a helper thread on the node of the disk that holds the file.
+    Disk,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Numa {
+    pub steering: Steering,
+    pub placement: Placement,
+    /// Prefer each worker's own node for its memory (`set_mempolicy(MPOL_PREFERRED)`).
+    pub bind_memory: bool,
+    /// Fraction of file responses whose page-cache pages are checked for their node.
+    pub page_sample: f64,
+    /// Split each node into this many domains (for testing on small machines).
+    pub split_domains: usize,
+    /// Pretend a NIC is on another node (boards that report it wrongly or not at all).
+    pub nic_nodes: BTreeMap<String, u32>,
+    /// Pretend a block device is on another node.
+    pub disk_nodes: BTreeMap<String, u32>,
+}
+
+impl Default for Numa {
+    fn default() -> Self {
+        Numa {
+            steering: Steering::Cpu,
+            placement: Placement::Network,
+            bind_memory: false,
+            page_sample: 0.01,
+            split_domains: 1,
+            nic_nodes: BTreeMap::new(),
+            disk_nodes: BTreeMap::new(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -324,6 +383,7 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub admin: Option<SocketAddr>,
     pub no_admin: bool,
+    pub debug_headers: bool,
 }
 
 impl Config {
@@ -380,6 +440,9 @@ impl Config {
         }
         if overrides.no_admin {
             config.admin.enabled = false;
+        }
+        if overrides.debug_headers {
+            config.debug_headers = true;
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
@@ -476,6 +539,10 @@ impl Config {
         if self.stats.tcp_info_interval.is_zero() {
             return bad("stats.tcp_info_interval", "must be longer than 0s");
         }
+        if !(0.0..=1.0).contains(&self.numa.page_sample) {
+            return bad("numa.page_sample", format!("{} is not a fraction between 0 and 1", self.numa.page_sample));
+        }
+        range("numa.split_domains", self.numa.split_domains, 1, 64)?;
         if !(self.admin.capacity_gbps >= 0.0 && self.admin.capacity_gbps.is_finite()) {
             return bad("admin.capacity_gbps", "must be 0 or more");
         }
@@ -574,7 +641,8 @@ mod tests {
     #[test]
     fn validation_names_key_and_problem() {
         let dir = std::env::temp_dir();
-        let base = Config { root: Some(dir.clone()), listen: vec![DEFAULT_LISTEN.parse().unwrap()], ..Config::default() };
+        let base =
+            Config { root: Some(dir.clone()), listen: vec![DEFAULT_LISTEN.parse().unwrap()], ..Config::default() };
         assert!(base.validate().is_ok());
         let cases: Vec<(Config, &str)> = vec![
             (Config { root: None, ..base.clone() }, "root"),

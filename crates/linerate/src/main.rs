@@ -10,6 +10,7 @@ mod dim_sim;
 mod server;
 mod stat;
 mod stats;
+mod sysfs;
 mod tls;
 mod topology;
 mod transport;
@@ -34,6 +35,8 @@ struct Cli {
 enum Command {
     /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
+    /// The NUMA silo plan: domains, CPUs, workers, NICs and disks, IRQ placement.
+    Topo(topology::TopoArgs),
     /// One line per interval on the box's health: traffic, TCP, CPU, memory, and the
     /// server's own counters from its admin endpoint.
     Stat(stat::StatArgs),
@@ -76,6 +79,9 @@ struct ServeArgs {
     /// Do not start the admin endpoint.
     #[arg(long)]
     no_admin: bool,
+    /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
+    #[arg(long)]
+    debug_headers: bool,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Stat(args) => stat::run(args),
+        Command::Topo(args) => topology::run_topo(args),
         Command::Dim(args) => dim_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
@@ -117,6 +124,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         log_level: args.log_level,
         admin: args.admin,
         no_admin: args.no_admin,
+        debug_headers: args.debug_headers,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {

@@ -1,81 +1,511 @@
-//! NUMA topology, read from sysfs.
+//! NUMA topology and the silo plan.
+//!
+//! [`Topology::discover`] reads the machine from sysfs (through [`Host`], so fixture
+//! trees work the same): nodes with their CPUs (only those the process may run on)
+//! and distances, each NIC's and each disk's node and each NIC's interrupts with
+//! their CPU affinity. A device whose node is missing or -1 is *unknown* and
+//! produces a warning; the `[numa]` configuration can pretend a device is on a node
+//! (`nic_nodes`, `disk_nodes`), as boards that report NICs on only some nodes need.
+//!
+//! [`Plan::new`] turns it into silos: one domain per node (or `split_domains` fake
+//! domains per node, for testing), workers pinned to the domain's CPUs with each
+//! domain's workers numbered contiguously, the domain's NICs and disks. The server
+//! creates workers and listeners in plan order, so a worker's index is also its
+//! listener's position in each `SO_REUSEPORT` group, which the steering program
+//! (`server::steering`) relies on.
 
-use std::path::Path;
+use serde::Serialize;
 
-/// The NUMA node of each CPU (index = CPU number), from
-/// `/sys/devices/system/node/node*/cpulist`. CPUs no node lists are `None`; a
-/// machine without the node directory (no NUMA support) puts every CPU on node 0.
-pub fn cpu_nodes(sys: &Path) -> Vec<Option<usize>> {
-    let node_dir = sys.join("devices/system/node");
-    let Ok(entries) = std::fs::read_dir(&node_dir) else {
-        let cpus = linerate_sys::allowed_cpus().ok().and_then(|c| c.last().copied()).map_or(1, |c| c + 1);
-        return vec![Some(0); cpus];
-    };
-    let mut map: Vec<Option<usize>> = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(node) = name.to_str().and_then(|n| n.strip_prefix("node")).and_then(|n| n.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        let Ok(list) = std::fs::read_to_string(entry.path().join("cpulist")) else { continue };
-        for cpu in parse_cpulist(&list) {
-            if map.len() <= cpu {
-                map.resize(cpu + 1, None);
-            }
-            map[cpu] = Some(node);
-        }
-    }
-    map
+use crate::config::{Numa, Steering};
+use crate::sysfs::{format_cpu_list, Host};
+
+/// A NUMA node as seen by this process.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Node {
+    pub id: u32,
+    /// CPUs of the node that the process may run on.
+    pub cpus: Vec<u32>,
+    /// Distance to each node, in node order (empty when sysfs does not say).
+    pub distances: Vec<u32>,
 }
 
-/// Parses a kernel CPU list such as `0-3,8,10-11`. Malformed parts are skipped.
-pub fn parse_cpulist(s: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
-                    if a <= b && b - a < 65536 {
-                        out.extend(a..=b);
-                    }
-                }
-            }
-            None => {
-                if let Ok(c) = part.parse() {
-                    out.push(c);
-                }
+/// An interrupt and the CPUs it may be delivered to.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Irq {
+    pub irq: u32,
+    pub cpus: Vec<u32>,
+}
+
+/// A NIC or a disk.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Device {
+    pub name: String,
+    pub node: Option<u32>,
+    /// The node came from the configuration, not from sysfs.
+    pub remapped: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub irqs: Vec<Irq>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Topology {
+    pub nodes: Vec<Node>,
+    pub nics: Vec<Device>,
+    pub disks: Vec<Device>,
+    pub warnings: Vec<String>,
+}
+
+impl Topology {
+    /// Reads the machine under `host`, keeping only `allowed` CPUs (the affinity
+    /// mask, which also reflects the cgroup's cpuset).
+    pub fn discover(host: &Host, allowed: &[u32], numa: &Numa) -> Topology {
+        let mut warnings = Vec::new();
+        let mut nodes: Vec<Node> = host
+            .nodes()
+            .into_iter()
+            .map(|(id, cpus)| Node {
+                id,
+                cpus: cpus.into_iter().filter(|c| allowed.contains(c)).collect(),
+                distances: host.node_distances(id),
+            })
+            .collect();
+        // CPUs the process may use that no node lists (a kernel without NUMA
+        // directories): put them on node 0.
+        let listed: Vec<u32> = nodes.iter().flat_map(|n| n.cpus.clone()).collect();
+        let orphans: Vec<u32> = allowed.iter().copied().filter(|c| !listed.contains(c)).collect();
+        if !orphans.is_empty() {
+            match nodes.iter_mut().find(|n| n.id == 0) {
+                Some(n) => n.cpus.extend(&orphans),
+                None => nodes.push(Node { id: 0, cpus: orphans, distances: Vec::new() }),
             }
         }
+        let node_ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
+        let mut place = |kind: &str, name: &str, found: Option<u32>, remap: Option<&u32>| -> (Option<u32>, bool) {
+            if let Some(&n) = remap {
+                if !node_ids.contains(&n) {
+                    warnings
+                        .push(format!("numa.{kind}_nodes: {name} mapped to node {n}, which does not exist; ignored"));
+                } else {
+                    return (Some(n), true);
+                }
+            }
+            if let [only] = node_ids[..] {
+                // One node: there is nowhere else the device could be.
+                return (Some(only), false);
+            }
+            if found.is_none() {
+                warnings.push(format!(
+                    "{kind} {name}: sysfs gives no NUMA node (missing or -1); treated as unknown (set numa.{kind}_nodes.{name} to place it)"
+                ));
+            }
+            (found.filter(|n| node_ids.contains(n)), false)
+        };
+        let nics: Vec<Device> = host
+            .nics()
+            .into_iter()
+            .map(|nic| {
+                let (node, remapped) = place("nic", &nic.name, nic.node, numa.nic_nodes.get(&nic.name));
+                let irqs =
+                    nic.irqs.iter().map(|&irq| Irq { irq, cpus: host.irq_affinity(irq).unwrap_or_default() }).collect();
+                Device { name: nic.name, node, remapped, irqs }
+            })
+            .collect();
+        let disks: Vec<Device> = host
+            .disks()
+            .into_iter()
+            .map(|(name, found)| {
+                let (node, remapped) = place("disk", &name, found, numa.disk_nodes.get(&name));
+                Device { name, node, remapped, irqs: Vec::new() }
+            })
+            .collect();
+        for (kind, map, devices) in [("nic", &numa.nic_nodes, &nics), ("disk", &numa.disk_nodes, &disks)] {
+            for name in map.keys().filter(|n| !devices.iter().any(|d| &d.name == *n)) {
+                warnings.push(format!("numa.{kind}_nodes: no {kind} named {name} on this machine"));
+            }
+        }
+        // Interrupts served from another node's CPUs cost a crossing per packet.
+        for nic in &nics {
+            let Some(node) = nic.node else { continue };
+            let Some(own) = nodes.iter().find(|n| n.id == node) else { continue };
+            let mut foreign_irqs = Vec::new();
+            let mut foreign_cpus = Vec::new();
+            for irq in &nic.irqs {
+                let foreign: Vec<u32> =
+                    irq.cpus.iter().copied().filter(|c| listed_node(&nodes, *c).is_some_and(|n| n != node)).collect();
+                if !foreign.is_empty() {
+                    foreign_irqs.push(irq.irq);
+                    foreign_cpus.extend(foreign);
+                }
+            }
+            if !foreign_irqs.is_empty() && !own.cpus.is_empty() {
+                warnings.push(format!(
+                    "nic {}: IRQs {} may run on CPUs {} outside its node {} (CPUs {}): set their smp_affinity_list to the NIC's node (see `linerate tune`)",
+                    nic.name,
+                    format_cpu_list(&foreign_irqs),
+                    format_cpu_list(&foreign_cpus),
+                    node,
+                    format_cpu_list(&own.cpus)
+                ));
+            }
+        }
+        nodes.retain(|n| !n.cpus.is_empty() || nics.iter().chain(&disks).any(|d| d.node == Some(n.id)));
+        Topology { nodes, nics, disks, warnings }
     }
-    out
+}
+
+fn listed_node(nodes: &[Node], cpu: u32) -> Option<u32> {
+    nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.id)
+}
+
+/// One silo.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Domain {
+    /// Position in [`Plan::domains`].
+    pub index: usize,
+    pub node: u32,
+    pub cpus: Vec<u32>,
+    /// Worker indexes, contiguous.
+    pub workers: Vec<usize>,
+    pub nics: Vec<String>,
+    pub disks: Vec<String>,
+}
+
+/// Where one worker runs.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Slot {
+    pub cpu: u32,
+    pub domain: usize,
+    pub node: u32,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Plan {
+    pub domains: Vec<Domain>,
+    /// Worker `i` runs at `workers[i]`.
+    pub workers: Vec<Slot>,
+    /// `cpu-cbpf` or `reuseport-hash`.
+    pub steering: &'static str,
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// Plans `workers` workers (0: one per CPU) over the topology.
+    pub fn new(topo: &Topology, workers: usize, numa: &Numa) -> Plan {
+        let split = numa.split_domains.max(1);
+        let mut domains: Vec<Domain> = Vec::new();
+        for node in topo.nodes.iter().filter(|n| !n.cpus.is_empty()) {
+            let mut cpus = node.cpus.clone();
+            cpus.sort_unstable();
+            let parts = split.min(cpus.len());
+            for p in 0..parts {
+                let chunk = cpus[p * cpus.len() / parts..(p + 1) * cpus.len() / parts].to_vec();
+                let first_of_node = p == 0;
+                let devices = |list: &[Device]| -> Vec<String> {
+                    if !first_of_node {
+                        return Vec::new();
+                    }
+                    list.iter().filter(|d| d.node == Some(node.id)).map(|d| d.name.clone()).collect()
+                };
+                domains.push(Domain {
+                    index: domains.len(),
+                    node: node.id,
+                    cpus: chunk,
+                    workers: Vec::new(),
+                    nics: devices(&topo.nics),
+                    disks: devices(&topo.disks),
+                });
+            }
+        }
+        // CPUs in domain order; workers spread over them in contiguous blocks so each
+        // domain's (and each CPU's) workers have consecutive indexes.
+        let ordered: Vec<(u32, usize, u32)> =
+            domains.iter().flat_map(|d| d.cpus.iter().map(move |&c| (c, d.index, d.node))).collect();
+        let count = if workers == 0 { ordered.len().max(1) } else { workers };
+        let mut slots = Vec::with_capacity(count);
+        for i in 0..count {
+            let (cpu, domain, node) = ordered.get(i * ordered.len() / count).copied().unwrap_or((0, 0, 0));
+            slots.push(Slot { cpu, domain, node });
+            if let Some(d) = domains.get_mut(domain) {
+                d.workers.push(i);
+            }
+        }
+        let steering = if numa.steering == Steering::Cpu && count > 1 { "cpu-cbpf" } else { "reuseport-hash" };
+        let mut warnings = topo.warnings.clone();
+        for d in domains.iter().filter(|d| d.workers.is_empty()) {
+            warnings.push(format!(
+                "domain {} (node {}) has no worker: connections arriving there are spread over all workers",
+                d.index, d.node
+            ));
+        }
+        Plan { domains, workers: slots, steering, warnings }
+    }
+
+    /// The domain each CPU belongs to (index = CPU).
+    pub fn cpu_domains(&self) -> Vec<Option<usize>> {
+        let max = self.domains.iter().flat_map(|d| d.cpus.iter()).max().map_or(0, |&c| c as usize + 1);
+        let mut map = vec![None; max];
+        for d in &self.domains {
+            for &c in &d.cpus {
+                map[c as usize] = Some(d.index);
+            }
+        }
+        map
+    }
+
+    /// The plan as `linerate topo` prints it.
+    pub fn render_text(&self, topo: &Topology) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("steering: {}\n", self.steering));
+        for d in &self.domains {
+            let distances = topo.nodes.iter().find(|n| n.id == d.node).map(|n| &n.distances);
+            out.push_str(&format!(
+                "domain {} node {}: cpus {}  workers {}  nics [{}]  disks [{}]{}\n",
+                d.index,
+                d.node,
+                format_cpu_list(&d.cpus),
+                if d.workers.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{}-{}", d.workers[0], d.workers[d.workers.len() - 1])
+                },
+                d.nics.join(" "),
+                d.disks.join(" "),
+                distances.filter(|d| !d.is_empty()).map_or(String::new(), |d| format!("  distances {d:?}"))
+            ));
+        }
+        for nic in &topo.nics {
+            let node = nic.node.map_or("unknown".to_string(), |n| n.to_string());
+            let irqs: Vec<String> =
+                nic.irqs.iter().map(|i| format!("{}->{}", i.irq, format_cpu_list(&i.cpus))).collect();
+            out.push_str(&format!(
+                "nic {}: node {}{}  irqs {}\n",
+                nic.name,
+                node,
+                if nic.remapped { " (configured)" } else { "" },
+                if irqs.is_empty() { "-".into() } else { irqs.join(" ") }
+            ));
+        }
+        for disk in &topo.disks {
+            let node = disk.node.map_or("unknown".to_string(), |n| n.to_string());
+            out.push_str(&format!(
+                "disk {}: node {}{}\n",
+                disk.name,
+                node,
+                if disk.remapped { " (configured)" } else { "" }
+            ));
+        }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+}
+
+/// `linerate topo`: the silo plan the server would use.
+#[derive(clap::Args, Debug)]
+pub struct TopoArgs {
+    /// The configuration whose `[numa]` section and `workers` apply.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Worker count, as `serve --workers`.
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Read sysfs and procfs under this directory instead of / (fixture trees).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    sysroot: std::path::PathBuf,
+}
+
+pub fn run_topo(args: TopoArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => crate::config::Config::from_file(path)?,
+        None => crate::config::Config::default(),
+    };
+    let workers = args.workers.unwrap_or(config.workers);
+    let allowed: Vec<u32> = if args.sysroot == std::path::Path::new("/") {
+        linerate_sys::allowed_cpus()?.into_iter().map(|c| c as u32).collect()
+    } else {
+        // A fixture tree: every CPU it lists.
+        Host::new(&args.sysroot).nodes().into_iter().flat_map(|(_, cpus)| cpus).collect()
+    };
+    let topo = Topology::discover(&Host::new(&args.sysroot), &allowed, &config.numa);
+    let plan = Plan::new(&topo, workers, &config.numa);
+    if args.json {
+        let v = serde_json::json!({
+            "domains": plan.domains,
+            "steering": plan.steering,
+            "workers": plan.workers,
+            "nodes": topo.nodes,
+            "nics": topo.nics,
+            "disks": topo.disks,
+            "warnings": plan.warnings,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", plan.render_text(&topo));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
-    #[test]
-    fn cpulists() {
-        assert_eq!(parse_cpulist("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(parse_cpulist(""), Vec::<usize>::new());
-        assert_eq!(parse_cpulist("x,2,5-3"), vec![2]);
+    /// A sysfs/procfs tree: nodes with cpulists, NICs with node and IRQs, disks.
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture { dir: tempfile::tempdir().unwrap() }
+        }
+        fn write(&self, rel: &str, text: &str) {
+            let p = self.dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        fn node(&self, n: u32, cpus: &str, distance: &str) {
+            self.write(&format!("sys/devices/system/node/node{n}/cpulist"), cpus);
+            self.write(&format!("sys/devices/system/node/node{n}/distance"), distance);
+        }
+        fn nic(&self, name: &str, node: i32, irqs: &[(u32, &str)]) {
+            self.write(&format!("sys/class/net/{name}/device/numa_node"), &node.to_string());
+            self.write(&format!("sys/class/net/{name}/device/uevent"), "DRIVER=mlx5_core\n");
+            for (irq, cpus) in irqs {
+                self.write(&format!("sys/class/net/{name}/device/msi_irqs/{irq}"), "msix");
+                self.write(&format!("proc/irq/{irq}/smp_affinity_list"), cpus);
+            }
+        }
+        fn disk(&self, name: &str, node: i32) {
+            self.write(&format!("sys/block/{name}/device/numa_node"), &node.to_string());
+        }
+        fn host(&self) -> Host {
+            Host::new(self.dir.path())
+        }
+    }
+
+    /// A 4-node board: NICs on nodes 0 and 2 only, disks uneven, one NIC whose
+    /// IRQs point at the wrong node, one disk with node -1.
+    fn board4() -> Fixture {
+        let f = Fixture::new();
+        f.node(0, "0-3", "10 21 31 31");
+        f.node(1, "4-7", "21 10 31 31");
+        f.node(2, "8-11", "31 31 10 21");
+        f.node(3, "12-15", "31 31 21 10");
+        f.nic("eth0", 0, &[(40, "0-3"), (41, "1")]);
+        f.nic("eth1", 2, &[(50, "0")]);
+        f.write("sys/class/net/lo/statistics/rx_bytes", "0");
+        f.disk("nvme0n1", 0);
+        f.disk("nvme1n1", 0);
+        f.disk("nvme2n1", 3);
+        f.disk("sda", -1);
+        f
+    }
+
+    fn all_cpus(n: u32) -> Vec<u32> {
+        (0..n).collect()
     }
 
     #[test]
-    fn reads_a_fixture_tree() {
-        let dir = tempfile::tempdir().unwrap();
-        for (node, list) in [(0, "0-1"), (1, "2-3,6")] {
-            let d = dir.path().join(format!("devices/system/node/node{node}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("cpulist"), list).unwrap();
-        }
-        let map = cpu_nodes(dir.path());
-        assert_eq!(map, vec![Some(0), Some(0), Some(1), Some(1), None, None, Some(1)]);
-        // This machine: every allowed CPU has a node.
-        let here = cpu_nodes(Path::new("/sys"));
-        for cpu in linerate_sys::allowed_cpus().unwrap() {
-            assert!(here.get(cpu).copied().flatten().is_some(), "cpu {cpu}: {here:?}");
-        }
+    fn four_node_board() {
+        let f = board4();
+        let t = Topology::discover(&f.host(), &all_cpus(16), &Numa::default());
+        assert_eq!(t.nodes.len(), 4);
+        assert_eq!(t.nodes[2].cpus, vec![8, 9, 10, 11]);
+        assert_eq!(t.nodes[3].distances, vec![31, 31, 21, 10]);
+        let nic = |n: &str| t.nics.iter().find(|d| d.name == n).unwrap().clone();
+        assert_eq!(nic("eth0").node, Some(0));
+        assert_eq!(nic("eth1").node, Some(2));
+        assert_eq!(nic("eth1").irqs, vec![Irq { irq: 50, cpus: vec![0] }]);
+        assert!(t.nics.iter().all(|n| n.name != "lo"), "only interfaces with a device");
+        let sda = t.disks.iter().find(|d| d.name == "sda").unwrap();
+        assert_eq!(sda.node, None);
+        assert!(t.warnings.iter().any(|w| w.contains("disk sda") && w.contains("unknown")), "{:?}", t.warnings);
+        assert!(t.warnings.iter().any(|w| w.contains("eth1") && w.contains("IRQs 50")), "{:?}", t.warnings);
+        assert!(!t.warnings.iter().any(|w| w.contains("eth0")), "{:?}", t.warnings);
+
+        let plan = Plan::new(&t, 0, &Numa::default());
+        assert_eq!(plan.domains.len(), 4);
+        assert_eq!(plan.workers.len(), 16);
+        assert_eq!(plan.domains[0].nics, vec!["eth0"]);
+        assert!(plan.domains[1].nics.is_empty(), "no NIC on node 1");
+        assert_eq!(plan.domains[0].disks, vec!["nvme0n1", "nvme1n1"]);
+        assert_eq!(plan.domains[3].disks, vec!["nvme2n1"]);
+        assert_eq!(plan.domains[2].workers, vec![8, 9, 10, 11]);
+        assert_eq!(plan.workers[9], Slot { cpu: 9, domain: 2, node: 2 });
+        assert_eq!(plan.steering, "cpu-cbpf");
+    }
+
+    #[test]
+    fn pretend_mappings_and_affinity() {
+        let f = board4();
+        let mut numa = Numa::default();
+        numa.nic_nodes.insert("eth1".into(), 1);
+        numa.disk_nodes.insert("sda".into(), 2);
+        numa.nic_nodes.insert("nope0".into(), 1);
+        numa.disk_nodes.insert("nvme0n1".into(), 9);
+        // The process may use node 0 and half of node 1 only.
+        let t = Topology::discover(&f.host(), &[0, 1, 2, 3, 4, 5], &numa);
+        let eth1 = t.nics.iter().find(|d| d.name == "eth1").unwrap();
+        assert_eq!((eth1.node, eth1.remapped), (Some(1), true));
+        assert!(t.warnings.iter().any(|w| w.contains("nope0")), "{:?}", t.warnings);
+        assert!(t.warnings.iter().any(|w| w.contains("node 9")), "{:?}", t.warnings);
+        let plan = Plan::new(&t, 0, &numa);
+        // Nodes 2 and 3 keep their devices but have no CPUs here: no domain.
+        assert_eq!(plan.domains.iter().map(|d| d.node).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(plan.domains[1].cpus, vec![4, 5]);
+        assert_eq!(plan.domains[1].nics, vec!["eth1"]);
+        assert_eq!(plan.workers.len(), 6);
+    }
+
+    #[test]
+    fn workers_fewer_or_more_than_cpus_stay_contiguous_per_domain() {
+        let f = Fixture::new();
+        f.node(0, "0-1", "10 20");
+        f.node(1, "2-3", "20 10");
+        let t = Topology::discover(&f.host(), &all_cpus(4), &Numa::default());
+        let p = Plan::new(&t, 2, &Numa::default());
+        assert_eq!(p.workers.iter().map(|s| s.cpu).collect::<Vec<_>>(), vec![0, 2], "one per domain");
+        let p = Plan::new(&t, 8, &Numa::default());
+        assert_eq!(p.domains[0].workers, vec![0, 1, 2, 3]);
+        assert_eq!(p.workers.iter().map(|s| s.cpu).collect::<Vec<_>>(), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        let p = Plan::new(&t, 1, &Numa::default());
+        assert_eq!(p.steering, "reuseport-hash");
+        assert!(p.warnings.iter().any(|w| w.contains("domain 1")), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn split_into_fake_domains() {
+        let f = Fixture::new();
+        f.node(0, "0-3", "10");
+        f.nic("eth0", 0, &[]);
+        let numa = Numa { split_domains: 2, ..Numa::default() };
+        let t = Topology::discover(&f.host(), &all_cpus(4), &numa);
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        let p = Plan::new(&t, 0, &numa);
+        assert_eq!(p.domains.len(), 2);
+        assert_eq!((p.domains[0].cpus.clone(), p.domains[1].cpus.clone()), (vec![0, 1], vec![2, 3]));
+        assert_eq!(p.domains[0].nics, vec!["eth0"]);
+        assert_eq!(p.cpu_domains(), vec![Some(0), Some(0), Some(1), Some(1)]);
+        assert!(p.render_text(&t).contains("domain 1 node 0: cpus 2-3  workers 2-3"));
+    }
+
+    #[test]
+    fn one_node_laptop_and_missing_node_dirs() {
+        let f = Fixture::new();
+        f.write("sys/devices/system/cpu/online", "0-3");
+        f.nic("wlan0", -1, &[]);
+        let t = Topology::discover(&f.host(), &all_cpus(4), &Numa::default());
+        assert_eq!(t.nodes.len(), 1);
+        assert_eq!(t.nodes[0].cpus, vec![0, 1, 2, 3]);
+        // One node: the NIC can only be there, and that is not worth a warning.
+        assert_eq!(t.nics[0].node, Some(0));
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        let live = Topology::discover(&Host::new(Path::new("/")), &[0], &Numa::default());
+        assert!(live.nodes.iter().any(|n| n.cpus.contains(&0)));
     }
 }

@@ -14,12 +14,16 @@
 //! - kernel quirks are written down at the call site with the kernel version.
 //!
 //! Modules: [`ktls`] (kernel TLS), [`sockdiag`] (kTLS offload state per socket),
-//! [`tcp`] (TCP_INFO, SO_INCOMING_CPU, per-socket TCP settings), [`ethtool`] (NIC
+//! [`numa`] (memory policy, page nodes), [`tcp`] (TCP_INFO, SO_INCOMING_CPU,
+//! per-socket TCP settings), [`reuseport`]
+//! (steering connections with classic BPF), [`ethtool`] (NIC
 //! coalescing, stats, features), [`clock`] (clock ticks).
 
 pub mod clock;
 pub mod ethtool;
 pub mod ktls;
+pub mod numa;
+pub mod reuseport;
 pub mod sockdiag;
 pub mod tcp;
 
@@ -105,6 +109,17 @@ struct OpenHow {
     flags: u64,
     mode: u64,
     resolve: u64,
+}
+
+/// Starts reading `len` bytes of `file` at `offset` into the page cache
+/// (`readahead(2)`). The pages are allocated by the calling thread, under its
+/// memory policy: a thread on a disk's NUMA node fills the cache on that node.
+pub fn readahead(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {
+    let offset: libc::off64_t =
+        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
+    // SAFETY: no memory is passed; the descriptor is borrowed.
+    cvt_size(unsafe { libc::readahead(file.as_raw_fd(), offset, len) })?;
+    Ok(())
 }
 
 /// Reads from `file` at `offset` into several buffers with one `preadv`, filling

@@ -206,6 +206,7 @@ impl Collector for Workers {
                     ("worker", w.index.to_string()),
                     ("cpu", w.cpu.map_or("-".into(), |c| c.to_string())),
                     ("node", w.node.map_or("-".into(), |n| n.to_string())),
+                    ("domain", w.domain.to_string()),
                 ];
                 Some((labels, secs))
             })

@@ -36,6 +36,8 @@ pub struct AdminState {
     pub started: Instant,
     /// `ktls-tx-rx` or `userspace`, when HTTPS is configured.
     pub tls_mode: Option<&'static str>,
+    /// The connection steering in force (`cpu-cbpf` or `reuseport-hash`).
+    pub steering: &'static str,
     /// Connections at which /load reports no spare capacity.
     pub capacity_connections: u64,
     /// Gb/s at which /load reports no spare capacity (0: not used).
@@ -229,10 +231,11 @@ mod tests {
 
     fn state(capacity: u64, gbps_cap: f64) -> AdminState {
         AdminState {
-            workers: vec![Arc::new(WorkerCounters::new(0, Some(0), Some(0)))],
+            workers: vec![Arc::new(WorkerCounters::new(0, Some(0), Some(0), 0))],
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             tls_mode: None,
+            steering: "reuseport-hash",
             capacity_connections: capacity,
             capacity_gbps: gbps_cap,
         }

@@ -13,6 +13,7 @@ struct Status<'a> {
     uptime_secs: f64,
     shutting_down: bool,
     tls_mode: Option<&'a str>,
+    steering: &'a str,
     /// Body throughput over the last second.
     gbps: f64,
     load: String,
@@ -25,6 +26,9 @@ struct Worker {
     index: usize,
     cpu: Option<usize>,
     node: Option<usize>,
+    domain: usize,
+    /// The node of the worker's own buffers, as the kernel reports it.
+    buffer_node: Option<i64>,
     cpu_seconds: Option<f64>,
     #[serde(flatten)]
     numbers: Numbers,
@@ -38,6 +42,10 @@ struct Numbers {
     connections_idle: i64,
     connections_accepted: u64,
     cross_domain_connections: u64,
+    page_sampled_bytes: u64,
+    remote_page_bytes: u64,
+    crossing_bytes: u64,
+    readahead_requests: u64,
     requests: u64,
     responses_2xx: u64,
     responses_3xx: u64,
@@ -66,6 +74,10 @@ impl Numbers {
         self.connections_idle += w.connections_in(ConnState::Idle);
         self.connections_accepted += w.connections_accepted.get();
         self.cross_domain_connections += w.cross_domain_connections.get();
+        self.page_sampled_bytes += w.page_sampled_bytes.get();
+        self.remote_page_bytes += w.remote_page_bytes.get();
+        self.crossing_bytes += w.crossing_bytes.get();
+        self.readahead_requests += w.readahead_requests.get();
         self.requests += w.requests();
         self.responses_2xx += w.responses_in_class(2);
         self.responses_3xx += w.responses_in_class(3);
@@ -100,6 +112,8 @@ pub fn json(state: &AdminState, gbps: f64) -> String {
                 index: w.index,
                 cpu: w.cpu,
                 node: w.node,
+                domain: w.domain,
+                buffer_node: Some(w.buffer_node.get()).filter(|n| *n >= 0),
                 cpu_seconds: super::thread_cpu_seconds(w.tid.load(Ordering::Relaxed)),
                 numbers,
             }
@@ -110,6 +124,7 @@ pub fn json(state: &AdminState, gbps: f64) -> String {
         uptime_secs: state.started.elapsed().as_secs_f64(),
         shutting_down: state.shutting_down.load(Ordering::Relaxed),
         tls_mode: state.tls_mode,
+        steering: state.steering,
         gbps,
         load: state.load_line(gbps),
         totals,

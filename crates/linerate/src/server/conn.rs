@@ -40,9 +40,17 @@ use crate::transport::{SendError, Transport};
 const INITIAL_READ_BYTES: usize = 2048;
 const READ_CHUNK_BYTES: usize = 4096;
 
-/// Serves one connection until it closes. `sampler` is set for the connections
-/// chosen for TCP_INFO sampling.
-pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings, sampler: Option<Sampler>) {
+/// What the accept path learned about a connection.
+pub struct ConnInfo {
+    /// Set for the connections chosen for TCP_INFO sampling.
+    pub sampler: Option<Sampler>,
+    /// The SYN arrived in another silo than this worker's.
+    pub cross_domain: bool,
+}
+
+/// Serves one connection until it closes.
+pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings, info: ConnInfo) {
+    let ConnInfo { sampler, cross_domain } = info;
     let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {
         io,
@@ -57,6 +65,7 @@ pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings, sa
         path: Vec::with_capacity(128),
         served: 0,
         body_bytes_counted: 0,
+        cross_domain,
     };
     let ending = conn.run(&mut state, sampler.as_ref()).await;
     conn.count_body_bytes();
@@ -103,6 +112,7 @@ struct Conn<'a, T> {
     path: Vec<u8>,
     served: u64,
     body_bytes_counted: u64,
+    cross_domain: bool,
 }
 
 impl<T: Transport> Conn<'_, T> {
@@ -370,7 +380,14 @@ impl<T: Transport> Conn<'_, T> {
         if self.req.method == Method::Head {
             return self.io.write_all(&self.head, false).await;
         }
-        match &plan.body {
+        if let (Some(ra), Body::Range(r)) = (&self.worker.readahead, &plan.body) {
+            if let Some(node) = ra.node_of(file.stat.dev) {
+                if ra.fill(node, &file.file, r.first, r.len_bytes()).await {
+                    self.worker.counters.readahead_requests.add(1);
+                }
+            }
+        }
+        let sent = match &plan.body {
             Body::Empty => self.io.write_all(&self.head, false).await,
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
@@ -394,7 +411,33 @@ impl<T: Transport> Conn<'_, T> {
                 self.count_memory_body(self.scratch.len());
                 Ok(())
             }
+        };
+        if let (Ok(()), Body::Range(r)) = (&sent, &plan.body) {
+            if self.worker.page_chooser.choose() {
+                self.sample_page_nodes(file, r.first, r.len_bytes());
+            }
         }
+        sent
+    }
+
+    /// Where the pages just sent sat: counts the bytes from another node's pages,
+    /// and the crossings (remote page, connection from another domain) per byte.
+    fn sample_page_nodes(&self, file: &OpenFile, offset: u64, len: u64) {
+        let c = &self.worker.counters;
+        let Some(mine) = c.node else { return };
+        let Ok(nodes) = linerate_sys::numa::page_cache_nodes(std::os::fd::AsFd::as_fd(&file.file), offset, len, 8)
+        else {
+            return;
+        };
+        let known: Vec<u32> = nodes.into_iter().flatten().collect();
+        if known.is_empty() {
+            return;
+        }
+        let remote = known.iter().filter(|&&n| n as usize != mine).count() as u64;
+        let remote_bytes = len * remote / known.len() as u64;
+        c.page_sampled_bytes.add(len);
+        c.remote_page_bytes.add(remote_bytes);
+        c.crossing_bytes.add(remote_bytes + if self.cross_domain { len } else { 0 });
     }
 
     async fn send_lookup_error(&mut self, e: LookupError, keep_alive: bool) -> Result<(), SendError> {
@@ -490,6 +533,9 @@ fn start_head<'b>(head: &'b mut Vec<u8>, worker: &Worker, settings: &Settings, s
     let mut h = HeadWriter::new(head, status);
     h.field("Date", worker.date.borrow_mut().now());
     h.rendered(&settings.common_fields);
+    if settings.config.debug_headers {
+        h.rendered(&worker.debug_field);
+    }
     h
 }
 

@@ -17,7 +17,9 @@
 mod conn;
 mod files;
 mod listener;
+mod readahead;
 pub mod settings;
+pub mod steering;
 mod worker;
 
 use std::io::Write;
@@ -31,7 +33,9 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::admin::{self, AdminState};
 use crate::config::{Config, Overrides};
 use crate::stats::WorkerCounters;
+use crate::sysfs::Host;
 use crate::tls::TlsRuntime;
+use crate::topology::{Plan, Topology};
 use settings::Settings;
 use worker::{Control, Launch};
 
@@ -54,8 +58,17 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             1024
         }
     };
-    let cpus = linerate_sys::allowed_cpus().context("cannot read the CPU affinity mask")?;
-    let workers = if config.workers == 0 { cpus.len().max(1) } else { config.workers };
+    let allowed: Vec<u32> = linerate_sys::allowed_cpus()
+        .context("cannot read the CPU affinity mask")?
+        .into_iter()
+        .map(|c| c as u32)
+        .collect();
+    let topology = Topology::discover(&Host::new("/"), &allowed, &config.numa);
+    let plan = Plan::new(&topology, config.workers, &config.numa);
+    for w in &plan.warnings {
+        tracing::warn!("topology: {w}");
+    }
+    let workers = plan.workers.len();
     let tls_runtime = if config.tls_listen.is_empty() {
         None
     } else {
@@ -68,7 +81,22 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let (listeners, bound) = listener::bind_all(&settings.config.listen, workers, backlog)?;
     let (tls_listeners, tls_bound) = listener::bind_all(&settings.config.tls_listen, workers, backlog)?;
     listener::apply_tcp_options(listeners.iter().chain(&tls_listeners).flatten(), &settings.config.tcp);
-    let cpu_nodes = Arc::new(crate::topology::cpu_nodes(std::path::Path::new("/sys")));
+    // Worker 0's listeners are the first member of every group.
+    let leaders = listeners.first().into_iter().chain(tls_listeners.first()).flatten();
+    let steering = attach_steering(&plan, leaders);
+    tracing::info!(
+        steering,
+        domains = plan.domains.len(),
+        placement = ?settings.config.numa.placement,
+        "NUMA: {} worker(s) in {} domain(s)",
+        workers,
+        plan.domains.len()
+    );
+    let cpu_domains = Arc::new(plan.cpu_domains());
+    let readahead = match settings.config.numa.placement {
+        crate::config::Placement::Disk => Some(Arc::new(readahead::Readahead::start(&topology, &plan)?)),
+        crate::config::Placement::Network => None,
+    };
     let admin_listener = match settings.config.admin.enabled {
         true => Some(admin::bind(settings.config.admin.listen)?),
         false => None,
@@ -90,13 +118,14 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let mut counters = Vec::with_capacity(workers);
     for (index, (listeners, tls_listeners)) in listeners.into_iter().zip(tls_listeners).enumerate() {
         let (control_tx, control) = tokio::sync::mpsc::unbounded_channel();
-        let cpu = cpus[index % cpus.len()];
-        let node = cpu_nodes.get(cpu).copied().flatten();
-        let worker_counters = Arc::new(WorkerCounters::new(index, Some(cpu), node));
+        let slot = plan.workers[index];
+        let worker_counters =
+            Arc::new(WorkerCounters::new(index, Some(slot.cpu as usize), Some(slot.node as usize), slot.domain));
         let launch = Launch {
             index,
-            cpu: Some(cpu),
-            cpu_nodes: cpu_nodes.clone(),
+            cpu: Some(slot.cpu as usize),
+            cpu_domains: cpu_domains.clone(),
+            readahead: readahead.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),
@@ -124,6 +153,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         shutting_down: std::sync::atomic::AtomicBool::new(false),
         started: std::time::Instant::now(),
         tls_mode: tls_runtime.as_ref().map(|t| t.kernel.mode()),
+        steering,
         capacity_connections: match settings.config.admin.capacity_connections {
             0 => (settings.max_connections_per_worker * workers) as u64,
             n => n,
@@ -222,6 +252,23 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     }
 }
 
+/// Attaches the steering program to each listener group (through one member of
+/// each, `leaders`) when the plan asks for CPU steering. Returns the mechanism in
+/// force; a kernel that refuses the program leaves the reuseport hash.
+fn attach_steering<'a>(plan: &Plan, leaders: impl Iterator<Item = &'a std::net::TcpListener>) -> &'static str {
+    if plan.steering != "cpu-cbpf" {
+        return plan.steering;
+    }
+    let program = steering::program(&steering::targets(plan));
+    for l in leaders {
+        if let Err(e) = linerate_sys::reuseport::attach_reuseport_cbpf(std::os::fd::AsFd::as_fd(l), &program) {
+            tracing::warn!("cannot attach the CPU steering program ({e}); connections are spread by the kernel's hash");
+            return "reuseport-hash";
+        }
+    }
+    plan.steering
+}
+
 /// Loads the configuration again for SIGHUP. Keys that need a restart keep their
 /// running values, with a warning.
 fn reload(
@@ -255,10 +302,11 @@ fn reload(
         config.limits.listen_backlog = running.limits.listen_backlog;
         config.open_file_cache.entries = running.open_file_cache.entries;
     }
-    if config.tcp != running.tcp || config.admin != running.admin {
-        tracing::warn!("`tcp` and `admin` settings take effect at restart");
+    if config.tcp != running.tcp || config.admin != running.admin || config.numa != running.numa {
+        tracing::warn!("`tcp`, `admin` and `numa` settings take effect at restart");
         config.tcp = running.tcp.clone();
         config.admin = running.admin.clone();
+        config.numa = running.numa.clone();
     }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");

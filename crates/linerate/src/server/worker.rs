@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 
 use super::conn;
 use super::files::FileCache;
+use super::readahead::Readahead;
 use super::settings::Settings;
 use crate::stats::tcp_info::{Chooser, Sampler};
 use crate::stats::{ErrorKind, WorkerCounters};
@@ -56,8 +57,14 @@ pub struct Worker {
     pub record_buffers: Rc<RecordBuffers>,
     /// Picks the connections whose TCP_INFO is sampled.
     chooser: RefCell<Chooser>,
-    /// NUMA node of each CPU, when the machine has more than one node.
-    cpu_nodes: Option<Arc<Vec<Option<usize>>>>,
+    /// Silo of each CPU, when there is more than one.
+    cpu_domains: Option<Arc<Vec<Option<usize>>>>,
+    /// Disk-node read-ahead helpers (disk-centric placement).
+    pub readahead: Option<Arc<Readahead>>,
+    /// Picks the responses whose page-cache nodes are sampled.
+    pub page_chooser: Chooser,
+    /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
+    pub debug_field: Vec<u8>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
@@ -97,8 +104,9 @@ pub struct Launch {
     pub settings: Arc<Settings>,
     pub counters: Arc<WorkerCounters>,
     pub control: mpsc::UnboundedReceiver<Control>,
-    /// NUMA node of each CPU (index = CPU), for counting cross-domain connections.
-    pub cpu_nodes: Arc<Vec<Option<usize>>>,
+    /// Silo of each CPU (index = CPU), for counting cross-domain connections.
+    pub cpu_domains: Arc<Vec<Option<usize>>>,
+    pub readahead: Option<Arc<Readahead>>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -115,14 +123,20 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_nodes } = launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, readahead } =
+        launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
-    let multi_node = {
-        let mut nodes: Vec<usize> = cpu_nodes.iter().flatten().copied().collect();
-        nodes.dedup();
-        nodes.len() > 1
-    };
+    let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
+    let record_buffers = Rc::new(RecordBuffers::default());
+    place_memory(&settings, &counters, &record_buffers);
+    let debug_field = format!(
+        "X-Linerate-Worker: {index} cpu={} node={}\r\n",
+        cpu.map_or("-".into(), |c| c.to_string()),
+        counters.node.map_or("-".into(), |n| n.to_string())
+    )
+    .into_bytes();
     let chooser = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
+    let page_chooser = Chooser::new(settings.config.numa.page_sample, seed(index + 1000));
     let max_connections = settings.max_connections_per_worker;
     let drain = settings.config.timeouts.drain;
     let worker = Rc::new(Worker {
@@ -134,9 +148,12 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         settings: RefCell::new(settings),
         date: RefCell::new(DateCache::default()),
         counters,
-        record_buffers: Rc::new(RecordBuffers::default()),
+        record_buffers,
         chooser: RefCell::new(chooser),
-        cpu_nodes: multi_node.then_some(cpu_nodes),
+        cpu_domains: multi_domain.then_some(cpu_domains),
+        readahead,
+        page_chooser,
+        debug_field,
         shutting_down: Cell::new(false),
         shutdown: Notify::new(),
         boundary_seq: Cell::new(0),
@@ -218,8 +235,10 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
-        count_cross_domain(&worker, &stream);
-        let sampler = if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None };
+        let info = conn::ConnInfo {
+            cross_domain: count_cross_domain(&worker, &stream),
+            sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
+        };
         let settings = worker.settings.borrow().clone();
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
@@ -228,9 +247,9 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             match scheme {
                 Scheme::Http => {
                     let transport = Plain::new(stream, settings.config.timeouts.send);
-                    conn::serve(transport, &worker, &settings, sampler).await;
+                    conn::serve(transport, &worker, &settings, info).await;
                 }
-                Scheme::Https => serve_tls(stream, &worker, &settings, sampler).await,
+                Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
             }
         });
     }
@@ -238,7 +257,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
-async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, sampler: Option<Sampler>) {
+async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
     let Some(tls) = settings.tls.as_ref() else { return };
     let counters = &worker.counters;
     let handshake = handshake::accept(&mut stream, tls.server_config.clone());
@@ -279,7 +298,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
-                conn::serve(transport, worker, settings, sampler).await;
+                conn::serve(transport, worker, settings, info).await;
             }
             Err(e) => {
                 counters.tls_handshake_failures.add(1);
@@ -292,7 +311,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
     } else {
         counters.usertls_sessions.add(1);
         let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
-        conn::serve(transport, worker, settings, sampler).await;
+        conn::serve(transport, worker, settings, info).await;
     }
 }
 
@@ -302,15 +321,33 @@ fn seed(index: usize) -> u64 {
     (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(nanos) ^ u64::from(std::process::id())
 }
 
-/// Counts the connection if its SYN was taken by a CPU of another NUMA node than
-/// this worker's (`SO_INCOMING_CPU`). Skipped on single-node machines.
-fn count_cross_domain(worker: &Worker, stream: &TcpStream) {
-    let (Some(nodes), Some(mine)) = (&worker.cpu_nodes, worker.counters.node) else { return };
-    if let Ok(cpu) = linerate_sys::tcp::incoming_cpu(std::os::fd::AsFd::as_fd(stream)) {
-        if nodes.get(cpu).copied().flatten().is_some_and(|n| n != mine) {
-            worker.counters.cross_domain_connections.add(1);
+/// Counts the connection, and says so, if its SYN was taken by a CPU of another
+/// silo than this worker's (`SO_INCOMING_CPU`). Skipped with a single silo.
+fn count_cross_domain(worker: &Worker, stream: &TcpStream) -> bool {
+    let Some(domains) = &worker.cpu_domains else { return false };
+    let Ok(cpu) = linerate_sys::tcp::incoming_cpu(std::os::fd::AsFd::as_fd(stream)) else { return false };
+    let cross = domains.get(cpu).copied().flatten().is_some_and(|d| d != worker.counters.domain);
+    if cross {
+        worker.counters.cross_domain_connections.add(1);
+    }
+    cross
+}
+
+/// Memory placement at worker start: with `numa.bind_memory`, the worker's
+/// allocations prefer its node; either way its first record buffer is allocated
+/// and written here, by the pinned worker (first touch puts it on the worker's
+/// node), and the node the kernel actually gave it is recorded for /status.
+fn place_memory(settings: &Settings, counters: &WorkerCounters, buffers: &RecordBuffers) {
+    if let (true, Some(node)) = (settings.config.numa.bind_memory, counters.node) {
+        if let Err(e) = linerate_sys::numa::prefer_node(node as u32) {
+            tracing::warn!(worker = counters.index, node, "numa.bind_memory: {e}");
         }
     }
+    let buffer = buffers.warm_one();
+    if let Ok(node) = linerate_sys::numa::node_of(&buffer[0]) {
+        counters.buffer_node.add(1 + i64::from(node));
+    }
+    buffers.give_back(buffer);
 }
 
 /// Asks the kernel whether this session's records are sealed by the NIC (TLS

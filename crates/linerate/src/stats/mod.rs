@@ -215,10 +215,13 @@ impl Default for TcpHistograms {
 #[derive(Debug, Default)]
 #[repr(align(128))] // whole cache lines: no false sharing with the next worker's counters
 pub struct WorkerCounters {
-    /// The worker's index, its CPU and that CPU's NUMA node (fixed at start).
+    /// The worker's index, its CPU, that CPU's NUMA node and silo (fixed at start).
     pub index: usize,
     pub cpu: Option<usize>,
     pub node: Option<usize>,
+    pub domain: usize,
+    /// The node holding the worker's own buffers, as the kernel reports it (-1 unknown).
+    pub buffer_node: Gauge,
     /// The worker thread's kernel id, for its CPU time (set when it starts).
     pub tid: AtomicU32,
     pub connections_accepted: Counter,
@@ -243,12 +246,23 @@ pub struct WorkerCounters {
     /// Connections whose SYN was received on a CPU of another NUMA node than the
     /// worker's (`SO_INCOMING_CPU`).
     pub cross_domain_connections: Counter,
+    /// Body bytes of responses whose page-cache pages were checked for their node.
+    pub page_sampled_bytes: Counter,
+    /// Of those, the share (in bytes) on another node than the worker's.
+    pub remote_page_bytes: Counter,
+    /// Of those, bytes times the domain crossings they made on their way out: from
+    /// a page on another node, and through a connection accepted from another domain.
+    pub crossing_bytes: Counter,
+    /// Ranges read ahead by a disk-node helper (disk-centric placement).
+    pub readahead_requests: Counter,
     pub tcp: TcpHistograms,
 }
 
 impl WorkerCounters {
-    pub fn new(index: usize, cpu: Option<usize>, node: Option<usize>) -> WorkerCounters {
-        WorkerCounters { index, cpu, node, ..WorkerCounters::default() }
+    pub fn new(index: usize, cpu: Option<usize>, node: Option<usize>, domain: usize) -> WorkerCounters {
+        let c = WorkerCounters { index, cpu, node, domain, ..WorkerCounters::default() };
+        c.buffer_node.add(-1);
+        c
     }
 
     pub fn response(&self, status: Status) {
@@ -320,7 +334,7 @@ mod tests {
 
     #[test]
     fn counts_by_status_kind_and_transport() {
-        let c = WorkerCounters::new(0, Some(0), Some(0));
+        let c = WorkerCounters::new(0, Some(0), Some(0), 0);
         c.response(Status::Ok);
         c.response(Status::PartialContent);
         c.response(Status::NotFound);

@@ -51,6 +51,20 @@ impl RecordBuffers {
         self.free.borrow_mut().pop().unwrap_or_else(|| vec![0; BATCH_BYTES])
     }
 
+    /// A batch buffer with every page written, so that it exists in memory (first
+    /// touch decides its node), for the worker to keep in its pool.
+    pub fn warm_one(&self) -> Vec<u8> {
+        let mut b = self.take();
+        for page in b.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        b
+    }
+
+    pub fn give_back(&self, buf: Vec<u8>) {
+        self.give(buf);
+    }
+
     fn give(&self, buf: Vec<u8>) {
         let mut free = self.free.borrow_mut();
         if free.len() < POOL_MAX {

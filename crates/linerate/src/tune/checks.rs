@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::features::Features;
-use super::host::{format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, Host, Nic};
+use crate::sysfs::{format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, Host, Nic};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::host::{Host, InterruptLine};
+use crate::sysfs::{Host, InterruptLine};
 
 /// Cumulative counters of one receive queue (or of the whole device).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -131,7 +131,7 @@ pub fn device_totals(host: &Host, iface: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::host::parse_interrupts;
+    use crate::sysfs::parse_interrupts;
 
     #[test]
     fn driver_stat_names_of_several_drivers() {

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 
 use linerate_sys::ethtool;
 
-use super::host::Host;
+use crate::sysfs::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Feature {

@@ -10,7 +10,7 @@
 mod checks;
 mod counters;
 mod features;
-mod host;
+
 pub mod moderation;
 mod nic;
 mod state;
@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
+use crate::sysfs::Host;
 use checks::Status;
 use features::{Features, LiveFeatures, SnapshotFeatures};
-use host::Host;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]

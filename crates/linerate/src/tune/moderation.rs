@@ -24,8 +24,8 @@ use linerate_sys::ethtool::Coalesce;
 use serde::{Deserialize, Serialize};
 
 use super::counters::{self, QueueCounters};
-use super::host::{Host, InterruptLine};
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
+use crate::sysfs::{Host, InterruptLine};
 
 #[derive(Args, Clone, Debug)]
 pub struct DimArgs {

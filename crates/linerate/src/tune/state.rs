@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks::Action;
 use super::features::Features;
-use super::host::Host;
+use crate::sysfs::Host;
 
 /// One applied change and what it replaced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! Read and write access to a sysfs/procfs tree under a root directory (`/` on a
-//! live host, a fixture or a captured snapshot in tests), and the topology facts
-//! the checks share: NUMA nodes, their CPUs, NICs and their interrupts.
+//! live host, a fixture or a captured snapshot in tests), and the hardware facts
+//! the topology and the host checks share: NUMA nodes, their CPUs and distances,
+//! NICs with their nodes and interrupts, block devices with their nodes.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -121,7 +122,11 @@ impl Host {
             .ok()
             .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DRIVER=").map(str::to_string)))
             .unwrap_or_default();
-        let node = self.read(&format!("{base}/device/numa_node")).ok().and_then(|s| s.trim().parse::<i64>().ok());
+        // virtio devices: `device` is the virtio device; its parent PCI function
+        // carries the node.
+        let node = [format!("{base}/device/numa_node"), format!("{base}/device/../numa_node")]
+            .iter()
+            .find_map(|p| self.read(p).ok().and_then(|s| s.trim().parse::<i64>().ok()));
         let queues = self.list(&format!("{base}/queues"));
         let count = |prefix: &str| queues.iter().filter(|q| q.starts_with(prefix)).count() as u32;
         Some(Nic {
@@ -145,6 +150,35 @@ impl Host {
             }
         }
         self.interrupts().into_iter().filter(|l| l.name_mentions(name)).map(|l| l.irq).collect()
+    }
+
+    /// Distances from `node` to every node, in node order (`node*/distance`).
+    pub fn node_distances(&self, node: u32) -> Vec<u32> {
+        self.read(&format!("sys/devices/system/node/node{node}/distance"))
+            .map(|s| s.split_whitespace().filter_map(|d| d.parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Block devices with a device behind them (not loop, ram, dm), and the NUMA
+    /// node of that device (`None` when unknown or -1).
+    pub fn disks(&self) -> Vec<(String, Option<u32>)> {
+        self.list("sys/block")
+            .into_iter()
+            .filter(|name| self.exists(&format!("sys/block/{name}/device")))
+            .map(|name| {
+                let node =
+                    [format!("sys/block/{name}/device/numa_node"), format!("sys/block/{name}/device/device/numa_node")]
+                        .iter()
+                        .find_map(|p| self.read(p).ok().and_then(|s| s.trim().parse::<i64>().ok()))
+                        .and_then(|n| u32::try_from(n).ok());
+                (name, node)
+            })
+            .collect()
+    }
+
+    /// CPUs an interrupt may be delivered to (`/proc/irq/N/smp_affinity_list`).
+    pub fn irq_affinity(&self, irq: u32) -> Option<Vec<u32>> {
+        parse_cpu_list(&self.read(&format!("proc/irq/{irq}/smp_affinity_list")).ok()?)
     }
 
     /// The numbered lines of `/proc/interrupts`.

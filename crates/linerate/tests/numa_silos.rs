@@ -1,0 +1,138 @@
+//! NUMA siloing on the host: connections steered to the worker on the CPU that
+//! received the SYN (loopback handles the SYN on the sender's CPU, so the client is
+//! pinned with taskset), cross-domain accounting with fake domains, the silo plan
+//! of `linerate topo` on a fixture board, page-node sampling and disk-centric
+//! read-ahead. The real multi-node checks run in the qemu harness.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn allowed_cpus() -> Vec<usize> {
+    let out = tool("sh").args(["-c", "taskset -cp $$"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let list = text.rsplit(':').next().unwrap().trim();
+    list.split(',')
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().unwrap()..=b.parse().unwrap()).collect::<Vec<_>>(),
+            None => vec![p.parse().unwrap()],
+        })
+        .collect()
+}
+
+/// The `X-Linerate-Worker` field of a response fetched by curl pinned to `cpu`.
+fn worker_seen_from(cpu: usize, url: &str) -> String {
+    let out = tool("taskset")
+        .args(["-c", &cpu.to_string(), "curl", "-sS", "-o", "/dev/null", "-D", "-", url])
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    head.lines()
+        .find_map(|l| l.strip_prefix("X-Linerate-Worker: "))
+        .unwrap_or_else(|| panic!("no X-Linerate-Worker in {head}"))
+        .trim()
+        .to_string()
+}
+
+fn status(s: &Server) -> serde_json::Value {
+    serde_json::from_slice(&curl(&["--fail", &s.admin_url("/status")]).stdout).unwrap()
+}
+
+#[test]
+fn a_connection_is_served_on_the_cpu_that_received_it() {
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    let s = Server::start(&["--root", &c.root_arg(), "--debug-headers"]);
+    assert_eq!(status(&s)["steering"], "cpu-cbpf");
+    for round in 0..3 {
+        for cpu in allowed_cpus() {
+            let seen = worker_seen_from(cpu, &s.url("/a.txt"));
+            assert!(seen.contains(&format!(" cpu={cpu} ")), "round {round}: client on CPU {cpu} served by {seen}");
+        }
+    }
+    let st = status(&s);
+    assert_eq!(st["totals"]["cross_domain_connections"], 0);
+    for w in st["workers"].as_array().unwrap() {
+        assert_eq!(w["buffer_node"], w["node"], "worker buffers on the worker's node: {w}");
+    }
+}
+
+#[test]
+fn fake_domains_count_connections_that_cross() {
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= 2, "needs two CPUs to split into two domains");
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    // Steered: with one CPU per fake domain, nothing crosses.
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\nsplit_domains = 2\n", c.path()));
+    let s = Server::start(&["--config", cfg.arg(), "--workers", "2"]);
+    for _ in 0..20 {
+        tool("taskset")
+            .args(["-c", &cpus[0].to_string(), "curl", "-s", "-o", "/dev/null", &s.url("/a.txt")])
+            .status()
+            .unwrap();
+    }
+    assert_eq!(status(&s)["totals"]["cross_domain_connections"], 0);
+    // The kernel's hash instead: about half of them land in the other domain.
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\nsplit_domains = 2\nsteering = \"hash\"\n", c.path()));
+    let s = Server::start(&["--config", cfg.arg(), "--workers", "2"]);
+    assert_eq!(status(&s)["steering"], "reuseport-hash");
+    for _ in 0..40 {
+        tool("taskset")
+            .args(["-c", &cpus[0].to_string(), "curl", "-s", "-o", "/dev/null", &s.url("/a.txt")])
+            .status()
+            .unwrap();
+    }
+    let crossed = status(&s)["totals"]["cross_domain_connections"].as_u64().unwrap();
+    assert!((4..=36).contains(&crossed), "{crossed} of 40 hashed connections crossed domains");
+}
+
+#[test]
+fn topo_prints_the_silo_plan_of_a_board() {
+    let board = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tune/board4");
+    let cfg = ConfigFile::new("[numa]\nsplit_domains = 1\n[numa.nic_nodes]\neth1 = 3\n");
+    let out = tool(BIN).args(["topo", "--json", "--sysroot", board, "--config", cfg.arg()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["steering"], "cpu-cbpf");
+    let domains = v["domains"].as_array().unwrap();
+    assert_eq!(domains.len(), 4);
+    for (i, d) in domains.iter().enumerate() {
+        assert_eq!(d["node"], i as u64);
+        assert_eq!(d["cpus"].as_array().unwrap().len(), 4);
+        assert_eq!(d["workers"].as_array().unwrap().len(), 4);
+        assert!(d["disks"].is_array());
+    }
+    assert_eq!(domains[0]["nics"], serde_json::json!(["eth0"]));
+    assert_eq!(domains[3]["nics"], serde_json::json!(["eth1"]), "the pretend mapping moved eth1");
+    let text = tool(BIN).args(["topo", "--sysroot", board]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("warning: nic eth1: IRQs 50-53"), "{text}");
+}
+
+#[test]
+fn page_nodes_are_sampled_and_disk_placement_reads_ahead() {
+    let c = Content::new();
+    c.write_random("big.bin", 4 << 20, 1);
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\npage_sample = 1.0\nplacement = \"disk\"\n", c.path()));
+    let s = Server::start(&["--config", cfg.arg()]);
+    for _ in 0..5 {
+        assert!(curl(&["--fail", "-o", "/dev/null", &s.url("/big.bin")]).status.success());
+    }
+    let t = &status(&s)["totals"];
+    assert_eq!(t["page_sampled_bytes"], 5 * (4 << 20), "{t}");
+    assert_eq!(t["remote_page_bytes"], 0, "one node: nothing is remote");
+    // Is the content on a block device (with a node: on one node, the only node)?
+    // Then each response was read ahead by that node's helper; on tmpfs, never.
+    let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(c.path().join("big.bin")).unwrap());
+    let (major, minor) = ((dev >> 8) & 0xfff | (dev >> 32) & !0xfff, dev & 0xff | (dev >> 12) & !0xff);
+    let on_disk = std::path::Path::new(&format!("/sys/dev/block/{major}:{minor}")).exists();
+    let requests = || status(&s)["totals"]["readahead_requests"].as_u64().unwrap();
+    if on_disk {
+        assert!(eventually(Duration::from_secs(2), || requests() >= 5), "{} read-aheads", requests());
+    } else {
+        assert_eq!(requests(), 0, "no disk behind a tmpfs file");
+    }
+}
