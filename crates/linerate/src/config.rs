@@ -67,6 +67,8 @@ pub struct Config {
     pub stats: Stats,
     pub admin: Admin,
     pub numa: Numa,
+    /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
+    pub dim: crate::tune::moderation::DimConfig,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -96,6 +98,7 @@ impl Default for Config {
             stats: Stats::default(),
             admin: Admin::default(),
             numa: Numa::default(),
+            dim: Default::default(),
             log: Log::default(),
             mime: BTreeMap::new(),
         }
@@ -543,6 +546,15 @@ impl Config {
             return bad("numa.page_sample", format!("{} is not a fraction between 0 and 1", self.numa.page_sample));
         }
         range("numa.split_domains", self.numa.split_domains, 1, 64)?;
+        if self.dim.interval < Duration::from_millis(10) {
+            return bad("dim.interval", "must be at least 10ms");
+        }
+        if !(self.dim.max_writes_per_sec > 0.0 && self.dim.max_writes_per_sec.is_finite()) {
+            return bad("dim.max_writes_per_sec", "must be more than 0");
+        }
+        if let Some(bad_name) = self.dim.interfaces.iter().find(|i| i.is_empty() || i.contains('/') || i.len() > 15) {
+            return bad("dim.interfaces", format!("{bad_name:?} is not an interface name"));
+        }
         if !(self.admin.capacity_gbps >= 0.0 && self.admin.capacity_gbps.is_finite()) {
             return bad("admin.capacity_gbps", "must be 0 or more");
         }

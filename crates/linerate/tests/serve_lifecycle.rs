@@ -172,3 +172,27 @@ fn sighup_reloads_for_new_connections_without_dropping_old_ones() {
     assert!(dl.wait().unwrap().success());
     assert_eq!(sha256_hex(&std::fs::read(&out).unwrap()), sha256_hex(&data));
 }
+
+/// A `[dim]` section for a NIC without coalescing support: the controller says so
+/// at once and stops; the server serves on and stops cleanly.
+#[test]
+fn dim_section_runs_the_controller_beside_the_workers() {
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[dim]\ninterfaces = [\"lo\"]\n", c.path()));
+    let mut s = Server::start(&["--config", cfg.arg()]);
+    assert!(
+        eventually(Duration::from_secs(5), || s.stderr().contains("interrupt moderation stopped")),
+        "{}",
+        s.stderr()
+    );
+    assert!(s.stderr().contains("lo"), "{}", s.stderr());
+    assert_eq!(curl(&[&s.url("/a.txt")]).stdout, b"A");
+    s.signal("TERM");
+    assert!(s.wait_exit(Duration::from_secs(10)).unwrap().success());
+    // A bad value is refused by name.
+    let bad = ConfigFile::new(&format!("root = {:?}\n[dim]\ninterval = \"1ms\"\n", c.path()));
+    let out = Command::new(BIN).args(["serve", "--config", bad.arg(), "--check-config"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dim.interval"));
+}

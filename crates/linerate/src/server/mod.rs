@@ -189,6 +189,11 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     out.flush()?;
     drop(out);
 
+    // Interrupt moderation, when configured: one controller thread per NIC, each
+    // restoring the NIC's settings when told to stop.
+    let dim_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dim_threads = crate::tune::moderation::spawn(&settings.config.dim, dim_stop.clone());
+
     let mut current = settings;
     let mut exit_error = None;
     let mut running = workers;
@@ -241,6 +246,14 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                 tracing::error!(workers = running, "workers did not stop in time; exiting anyway");
                 break;
             }
+        }
+    }
+    dim_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in dim_threads {
+        match t.join() {
+            Ok(Ok(summary)) => tracing::debug!(?summary, "interrupt moderation stopped"),
+            Ok(Err(_)) => {} // logged by the thread when it stopped
+            Err(_) => tracing::error!("interrupt moderation thread panicked"),
         }
     }
     let served = admin_state.total(WorkerCounters::requests);
@@ -302,11 +315,16 @@ fn reload(
         config.limits.listen_backlog = running.limits.listen_backlog;
         config.open_file_cache.entries = running.open_file_cache.entries;
     }
-    if config.tcp != running.tcp || config.admin != running.admin || config.numa != running.numa {
-        tracing::warn!("`tcp`, `admin` and `numa` settings take effect at restart");
+    if config.tcp != running.tcp
+        || config.admin != running.admin
+        || config.numa != running.numa
+        || config.dim != running.dim
+    {
+        tracing::warn!("`tcp`, `admin`, `numa` and `dim` settings take effect at restart");
         config.tcp = running.tcp.clone();
         config.admin = running.admin.clone();
         config.numa = running.numa.clone();
+        config.dim = running.dim.clone();
     }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");

@@ -51,8 +51,7 @@ pub struct DimArgs {
 }
 
 /// The `[dim]` section of the server configuration (see docs/DIM.md). The server
-/// can run the controller next to its workers with [`spawn`].
-#[allow(dead_code)] // for the server's configuration; `linerate tune dim` does not use it
+/// runs the controller next to its workers with [`spawn`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DimConfig {
@@ -78,7 +77,6 @@ impl Default for DimConfig {
 /// Starts one controller thread per configured interface; each runs until `stop`
 /// is set, then restores the interface's settings. A thread whose NIC adapts by
 /// itself returns at once with [`Summary::stood_aside`] set.
-#[allow(dead_code)] // called by the server when its configuration has a [dim] section
 pub fn spawn(config: &DimConfig, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
     config
         .interfaces
@@ -95,7 +93,14 @@ pub fn spawn(config: &DimConfig, stop: Arc<AtomicBool>) -> Vec<std::thread::Join
             let stop = stop.clone();
             std::thread::Builder::new()
                 .name(format!("dim-{iface}"))
-                .spawn(move || run_until(&args, &stop, |line| tracing::info!(target: "linerate::dim", "{line}")))
+                .spawn(move || {
+                    let result = run_until(&args, &stop, |line| tracing::info!(target: "linerate::dim", "{line}"));
+                    if let Err(e) = &result {
+                        // Reported as it happens, not when the server stops.
+                        tracing::warn!(target: "linerate::dim", iface = %args.iface, "interrupt moderation stopped: {e:#}");
+                    }
+                    result
+                })
                 .expect("spawning a controller thread")
         })
         .collect()
