@@ -259,6 +259,30 @@ fn alpn_and_session_resumption() {
     }
 }
 
+/// A TLS 1.2 client that tries to renegotiate is refused with the no_renegotiation
+/// alert, and the connection closes (rather than hanging or resetting silently).
+#[test]
+fn renegotiation_is_refused_with_an_alert() {
+    let s = setup();
+    let port = s.server.tls_addrs[0].port();
+    let mut child = tool("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-tls1_2", "-CAfile", s.ca.ca_arg()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // "R" on its own line asks s_client to renegotiate; keep stdin open meanwhile.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"R\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("RENEGOTIATING"), "{text}");
+    assert!(text.contains("no renegotiation"), "{text}");
+}
+
 #[test]
 fn plain_http_to_the_https_port_gets_400() {
     let s = setup();

@@ -82,10 +82,26 @@ impl Transport for Ktls {
                     self.stream.readable().await?;
                     continue;
                 }
-                Err(e) => Err(e),
+                Err(e) => {
+                    buf.truncate(start);
+                    // EBADMSG: a record failed authentication in the kernel.
+                    if e.raw_os_error() == Some(libc::EBADMSG) {
+                        let _ = ktls::send_record(self.stream.as_fd(), record::CONTENT_ALERT, &control::BAD_RECORD_MAC);
+                    }
+                    return Err(e);
+                }
             };
             buf.truncate(start);
-            match control? {
+            let control = match control {
+                Ok(c) => c,
+                Err(v) => {
+                    if let Some(alert) = v.alert {
+                        let _ = ktls::send_record(self.stream.as_fd(), record::CONTENT_ALERT, &alert);
+                    }
+                    return Err(v.error);
+                }
+            };
+            match control {
                 Control::CloseNotify => return Ok(0),
                 Control::Ignore => {}
                 // Rekeying a kernel TLS socket depends on the kernel version; rather

@@ -94,8 +94,14 @@ pub struct UserTls {
     body_bytes: u64,
 }
 
-fn invalid(e: record::RecordError) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, e)
+/// A record that cannot be opened, and the alert that tells the peer why.
+fn record_violation(e: record::RecordError) -> control::Violation {
+    let alert = match e {
+        record::RecordError::BadMac => control::BAD_RECORD_MAC,
+        record::RecordError::Overflow => control::RECORD_OVERFLOW,
+        record::RecordError::Malformed => control::DECODE_ERROR,
+    };
+    control::Violation { alert: Some(alert), error: io::Error::new(io::ErrorKind::InvalidData, e) }
 }
 
 impl UserTls {
@@ -120,16 +126,16 @@ impl UserTls {
 
     /// Opens every complete record in `rx`, appending application data to `buf`.
     /// Returns the bytes appended; sets `peer_closed` on close_notify.
-    fn open_records(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+    fn open_records(&mut self, buf: &mut Vec<u8>) -> Result<usize, control::Violation> {
         let mut appended = 0;
         let mut consumed = 0;
         while !self.peer_closed {
             let rest = &mut self.rx[consumed..];
-            let Some(len) = self.opener.record_len(rest).map_err(invalid)? else { break };
+            let Some(len) = self.opener.record_len(rest).map_err(record_violation)? else { break };
             if rest.len() < len {
                 break;
             }
-            let (content_type, range) = self.opener.open(&mut rest[..len]).map_err(invalid)?;
+            let (content_type, range) = self.opener.open(&mut rest[..len]).map_err(record_violation)?;
             let payload = &rest[range];
             consumed += len;
             if content_type == record::CONTENT_APPLICATION_DATA {
@@ -141,7 +147,10 @@ impl UserTls {
                 Control::CloseNotify => self.peer_closed = true,
                 Control::Ignore => {}
                 Control::KeyUpdate { requested } => {
-                    let (seq, secrets) = self.kernel.update_rx_secret().map_err(io::Error::other)?;
+                    let (seq, secrets) = self.kernel.update_rx_secret().map_err(|e| control::Violation {
+                        alert: Some(control::UNEXPECTED_MESSAGE),
+                        error: io::Error::other(e),
+                    })?;
                     self.opener.rekey(&secrets, seq);
                     self.key_update_due |= requested;
                 }
@@ -183,6 +192,16 @@ impl UserTls {
         pos
     }
 
+    /// Seals an alert and sends it if the socket takes it at once (the connection
+    /// is about to close).
+    fn send_alert(&mut self, alert: [u8; 2]) {
+        let mut rec = [0u8; 64];
+        let off = self.sealer.payload_offset();
+        rec[off..off + 2].copy_from_slice(&alert);
+        let n = self.sealer.seal(record::CONTENT_ALERT, &mut rec, 2);
+        let _ = self.stream.try_write(&rec[..n]);
+    }
+
     async fn write_out(&self, mut bytes: &[u8]) -> Result<(), SendError> {
         while !bytes.is_empty() {
             match self.stream.try_write(bytes) {
@@ -203,7 +222,15 @@ impl Transport for UserTls {
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
-            let n = self.open_records(buf)?;
+            let n = match self.open_records(buf) {
+                Ok(n) => n,
+                Err(v) => {
+                    if let Some(alert) = v.alert {
+                        self.send_alert(alert);
+                    }
+                    return Err(v.error);
+                }
+            };
             if n > 0 {
                 return Ok(n);
             }
@@ -319,11 +346,7 @@ impl Transport for UserTls {
     }
 
     async fn close(mut self, linger: bool) {
-        let mut rec = [0u8; 64];
-        let off = self.sealer.payload_offset();
-        rec[off..off + 2].copy_from_slice(&control::CLOSE_NOTIFY);
-        let n = self.sealer.seal(record::CONTENT_ALERT, &mut rec, 2);
-        let _ = self.stream.try_write(&rec[..n]);
+        self.send_alert(control::CLOSE_NOTIFY);
         socket::close(self.stream, linger).await
     }
 }
