@@ -45,22 +45,10 @@ while [ $# -gt 0 ]; do
 done
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
-for tool in nginx wrk iperf3 openssl python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nginx wrk iperf3)" >&2; exit 1; }
-done
-if [ -z "$bin" ]; then
-    cargo build --release --locked -q -p linerate
-    bin=target/release/linerate
-fi
+require_tools nginx wrk iperf3 openssl python3
+build_linerate
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+start_work
 
 # --- content -------------------------------------------------------------
 make_content "$dir" "$files" "$file_mib"

@@ -1,13 +1,38 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
-# make_content DIR FILES MIB: FILES random files of MIB MiB (f1.bin ...), kept across
-# runs when their size is right, and read once into the page cache.
+# require_tools TOOL...: exits with a clear message when one is missing.
+require_tools() {
+    local t
+    for t in "$@"; do
+        command -v "$t" >/dev/null || { echo "missing $t (apt-get install $*)" >&2; exit 1; }
+    done
+}
+
+# build_linerate: sets `bin` to a release linerate, building one unless --bin gave it.
+build_linerate() {
+    if [ -z "${bin:-}" ]; then
+        cargo build --release --locked -q -p linerate
+        bin=target/release/linerate
+    fi
+}
+
+# start_work: a scratch directory in `work`, and an exit trap that stops every PID
+# appended to `pids` and removes the directory.
+start_work() {
+    work=$(mktemp -d)
+    pids=()
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+}
+
+# make_content DIR FILES MIB [PREFIX]: FILES random files of MIB MiB (PREFIX1.bin ...,
+# PREFIX defaulting to f), kept across runs when their size is right, and read once
+# into the page cache.
 make_content() {
-    local dir=$1 files=$2 mib=$3 size i f
+    local dir=$1 files=$2 mib=$3 prefix=${4:-f} size i f
     mkdir -p "$dir"
     size=$((mib * 1024 * 1024))
     for i in $(seq 1 "$files"); do
-        f="$dir/f$i.bin"
+        f="$dir/$prefix$i.bin"
         if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
             head -c "$size" /dev/urandom > "$f"
         fi

@@ -19,6 +19,7 @@
 # Needs: wrk, python3 (Debian packages), and cargo to build linerate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 rounds=3 duration=10 workers=2 conns="16 256" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0
@@ -38,62 +39,23 @@ while [ $# -gt 0 ]; do
 done
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
-for tool in wrk python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install wrk python3)" >&2; exit 1; }
-done
-if [ -z "$bin" ]; then
-    cargo build --release --locked -q -p linerate
-    bin=target/release/linerate
-fi
+require_tools wrk python3
+build_linerate
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+start_work
 
-mkdir -p "$dir"
-size=$((file_mib * 1024 * 1024))
-names=()
-for i in $(seq 1 "$files"); do
-    f="$dir/f$i.bin"
-    if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
-        head -c "$size" /dev/urandom > "$f"
-    fi
-    cat "$f" > /dev/null
-    names+=("f$i.bin")
-done
-file_list=$(IFS=,; echo "${names[*]}")
+make_content "$dir" "$files" "$file_mib"
+file_list=$(seq -f "f%g.bin" -s , 1 "$files")
+write_range_lua "$work/range.lua" "$files"
 
-cat > "$work/range.lua" <<LUA
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/f" .. (n % $files + 1) .. ".bin", { ["Range"] = "bytes=0-2097151" })
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format("RESULT bytes=%d duration_us=%d errors=%d\n", summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout + e.status))
-end
-LUA
-
-"$bin" serve --root "$dir" --listen 127.0.0.1:0 --workers "$workers" --log-level warn > "$work/linerate.out" &
+"$bin" serve --root "$dir" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --workers "$workers" --log-level warn > "$work/linerate.out" &
 pids+=($!)
 server_pid=$!
-for _ in $(seq 1 100); do
-    grep -q '^listening http://' "$work/linerate.out" 2>/dev/null && break
-    sleep 0.05
-done
-url=$(sed -n 's/^listening //p' "$work/linerate.out" | head -1)
+wait_for_line "$work/linerate.out" '^listening http://' || true
+url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$url" ] || { echo "linerate did not start" >&2; exit 1; }
 
 clk=$(getconf CLK_TCK)
-proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
-machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 # Runs a command; its stdout goes to $work/out, its user+sys CPU seconds to $work/cpu.
 with_cpu() {
     python3 - "$@" > "$work/out" <<'PY'
@@ -111,7 +73,7 @@ run_one() {
     case "$client" in
         wrk) cpu=$(with_cpu wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$url/" 2>&1 >/dev/null | tail -1)
              read -r bytes gbps errors < <(awk '/^RESULT/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
-                 printf "%d %.3f %d\n", r["bytes"], r["bytes"] * 8 / r["duration_us"] / 1000, r["errors"] }' "$work/out") ;;
+                 printf "%d %.3f %d\n", r["bytes"], r["bytes"] * 8 / r["duration_us"] / 1000, r["errors"] + r["status"] }' "$work/out") ;;
         bench) cpu=$(with_cpu "$bin" bench --base-url "$url/" --files "$file_list" --sessions "$c" --workers 2 \
                  --duration "$duration" --max-rate --zipf 0 --segment-bytes 2097152 --json 2>&1 >/dev/null | tail -1)
              read -r bytes gbps errors < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
@@ -134,7 +96,6 @@ for c in $conns; do
     done
 done
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { awk -v s="$1" -v c="$2" -v k="$3" '$1 == s && $2 == c { print $k }' "$results" | median; }
 echo
 echo "| connections | wrk Gb/s | bench Gb/s | ratio | wrk client CPU-s/GB | bench client CPU-s/GB | server CPU-s/GB (wrk / bench) | machine CPU-s/GB (wrk / bench) |"

@@ -28,6 +28,7 @@
 # Needs: nginx, openssl, python3 (Debian packages), and cargo to build linerate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https"
 dir="${TMPDIR:-/tmp}/linerate-qoe" bin="" quick=0
@@ -52,36 +53,14 @@ done
 
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
-for tool in nginx openssl python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nginx openssl python3)" >&2; exit 1; }
-done
-if [ -z "$bin" ]; then
-    cargo build --release --locked -q -p linerate
-    bin=target/release/linerate
-fi
+require_tools nginx openssl python3
+build_linerate
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+start_work
 
 # --- catalogue -------------------------------------------------------------------
-mkdir -p "$dir"
-size=$((title_mib * 1024 * 1024))
-names=()
-for i in $(seq -w 1 "$titles"); do
-    f="$dir/title$i.bin"
-    if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
-        head -c "$size" /dev/urandom > "$f"
-    fi
-    cat "$f" > /dev/null # into the page cache
-    names+=("title$i.bin")
-done
-file_list=$(IFS=,; echo "${names[*]}")
+make_content "$dir" "$titles" "$title_mib" title
+file_list=$(seq -f "title%g.bin" -s , 1 "$titles")
 
 # --- certificates: a test CA and a server certificate for 127.0.0.1 ----------------
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=qoe test CA" \
@@ -92,7 +71,6 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nex
 openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
     -extfile "$work/ext.cnf" -out "$work/cert.pem" 2>/dev/null
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() {
     for _ in $(seq 1 200); do
         python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null && return 0

@@ -27,22 +27,10 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-for tool in wrk curl python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
-if [ -z "$bin" ]; then
-    cargo build --release --locked -q -p linerate
-    bin=target/release/linerate
-fi
+require_tools wrk curl python3
+build_linerate
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+start_work
 
 make_content "$dir" "$files" "$file_mib"
 write_range_lua "$work/range.lua" "$files"
