@@ -18,6 +18,8 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use crate::setsockopt_bytes;
+
 const SOL_TLS: libc::c_int = 282;
 const TLS_TX: libc::c_int = 1;
 const TLS_RX: libc::c_int = 2;
@@ -119,19 +121,6 @@ impl Drop for CryptoInfo {
     fn drop(&mut self) {
         // Key material: do not leave it on the stack longer than needed.
         self.bytes.fill(0);
-    }
-}
-
-fn setsockopt_bytes(sock: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
-    // SAFETY: `value` is valid for `value.len()` bytes for the duration of the call
-    // and the kernel only reads it; the descriptor is borrowed.
-    let ret = unsafe {
-        libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
-    };
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 

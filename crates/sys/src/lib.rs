@@ -62,6 +62,35 @@ fn cvt_long(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
+/// `setsockopt` with a byte buffer as the value.
+pub(crate) fn setsockopt_bytes(
+    sock: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &[u8],
+) -> io::Result<()> {
+    // SAFETY: `value` is valid for its length for the duration of the call and the
+    // kernel only reads it; the descriptor is borrowed.
+    let ret = unsafe {
+        libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
+    };
+    cvt(ret).map(drop)
+}
+
+/// `getsockopt` into a byte buffer; returns how many bytes the kernel wrote.
+pub(crate) fn getsockopt_bytes(
+    sock: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most `len` and
+    // stores the size written in `len`. The descriptor is borrowed.
+    let ret = unsafe { libc::getsockopt(sock.as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) };
+    cvt(ret).map(|_| len as usize)
+}
+
 fn c_path(path: &Path) -> io::Result<CString> {
     c_bytes(path.as_os_str())
 }

@@ -1,31 +1,9 @@
 //! TCP socket options and statistics the server reads or sets itself.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
-fn getsockopt_bytes(sock: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most `len` and
-    // updates `len` with the size written. The descriptor is borrowed.
-    let ret = unsafe { libc::getsockopt(sock.as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) };
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(len as usize)
-    }
-}
-
-fn setsockopt_bytes(sock: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
-    // SAFETY: `value` is valid for its length for the call; the kernel only reads it.
-    let ret = unsafe {
-        libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
-    };
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
+use crate::{getsockopt_bytes, setsockopt_bytes};
 
 /// The parts of `struct tcp_info` (linux/tcp.h) the server samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
