@@ -4,7 +4,6 @@
 mod common;
 
 use std::io::Read;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
@@ -71,16 +70,6 @@ fn bodies_are_sent_without_copying_through_user_space() {
     assert!(read_bytes < 256 * 1024, "{read_bytes} bytes read into user space");
 }
 
-/// Starts a slow download and returns (child, output path).
-fn slow_download(url: &str, out: &std::path::Path) -> std::process::Child {
-    tool("curl")
-        .args(["-sS", "--limit-rate", "16M", "-o", out.to_str().unwrap(), "-w", "%{http_code} %{size_download}", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 #[test]
 fn file_replaced_by_rename_keeps_sending_the_old_inode() {
     let c = Content::new();
@@ -88,7 +77,7 @@ fn file_replaced_by_rename_keeps_sending_the_old_inode() {
     let s = Server::start(&["--root", &c.root_arg()]);
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("got");
-    let mut dl = slow_download(&s.url("/movie.mp4"), &out);
+    let mut dl = slow_download(&s.url("/movie.mp4"), "16M", &out);
     assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
         .map(|m| m.len() > 1 << 20)
         .unwrap_or(false)));
@@ -109,7 +98,7 @@ fn file_truncated_during_transfer_ends_the_connection() {
     let s = Server::start(&["--root", &c.root_arg()]);
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("got");
-    let mut dl = slow_download(&s.url("/movie.mp4"), &out);
+    let mut dl = slow_download(&s.url("/movie.mp4"), "16M", &out);
     // Truncate once the transfer is under way (its Content-Length is the full size).
     assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
         .map(|m| m.len() > 1 << 20)

@@ -4,20 +4,10 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// Starts a rate-limited curl download in the background; returns the child and
-/// the file its body goes to.
-fn slow_download(url: &str, rate: &str, out: &std::path::Path) -> std::process::Child {
-    tool("curl")
-        .args(["-sS", "--fail", "--limit-rate", rate, "-o", out.to_str().unwrap(), url])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 #[test]
 fn bad_configuration_is_refused_with_file_key_and_problem() {

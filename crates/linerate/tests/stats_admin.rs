@@ -37,20 +37,10 @@ fn value(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)
 #[test]
 fn counters_equal_what_clients_received() {
     let ca = TestCa::new();
-    let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
     let c = Content::new();
     let data = c.write_random("movie.mp4", 5 << 20, 3);
     c.write("small.txt", b"0123456789");
-    let s = Server::start(&[
-        "--root",
-        &c.root_arg(),
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--cert",
-        cert.to_str().unwrap(),
-        "--key",
-        key.to_str().unwrap(),
-    ]);
+    let s = common::tls::start_server(&ca, c.path(), &[]);
     let port = s.tls_addrs[0].port();
     let resolve = format!("localhost:{port}:127.0.0.1");
     let mut plain_bytes = 0usize;

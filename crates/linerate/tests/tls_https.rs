@@ -21,14 +21,10 @@ struct Setup {
 
 fn setup_with(extra: &[&str]) -> Setup {
     let ca = TestCa::new();
-    let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
     let content = Content::new();
     let data = content.write_random("movie.mp4", 3 << 20, 5);
     content.write("small.txt", b"0123456789");
-    let mut args = vec!["--root", content.path().to_str().unwrap(), "--tls-listen", "127.0.0.1:0"];
-    args.extend(["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]);
-    args.extend_from_slice(extra);
-    let server = Server::start(&args);
+    let server = common::tls::start_server(&ca, content.path(), extra);
     Setup { ca, content, server, data }
 }
 

@@ -9,19 +9,9 @@ use common::*;
 #[test]
 fn testssl_finds_nothing_wrong() {
     let ca = TestCa::new();
-    let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
     let content = Content::new();
     content.write("index.html", b"<html></html>");
-    let s = Server::start(&[
-        "--root",
-        &content.root_arg(),
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--cert",
-        cert.to_str().unwrap(),
-        "--key",
-        key.to_str().unwrap(),
-    ]);
+    let s = common::tls::start_server(&ca, content.path(), &[]);
     let target = format!("127.0.0.1:{}", s.tls_addrs[0].port());
     let out = tool("timeout")
         .args(["600", "testssl", "--quiet", "--color", "0", "--warnings", "off", "--ip", "one"])

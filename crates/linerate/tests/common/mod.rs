@@ -182,6 +182,18 @@ pub fn curl(args: &[&str]) -> Output {
     tool("curl").args(["-sS", "--max-time", "30"]).args(args).output().unwrap()
 }
 
+/// A rate-limited curl download of `url` into `out` in the background (`--fail`,
+/// so an error status fails it); stdout carries `%{http_code} %{size_download}`.
+pub fn slow_download(url: &str, rate: &str, out: &Path) -> std::process::Child {
+    tool("curl")
+        .args(["-sS", "--fail", "--limit-rate", rate, "-o", out.to_str().unwrap()])
+        .args(["-w", "%{http_code} %{size_download}", url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The response status, header block and body of `curl -i`, for one request.
 pub struct Response {
     pub status: u16,

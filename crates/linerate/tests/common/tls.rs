@@ -48,6 +48,16 @@ impl TestCa {
     }
 }
 
+/// Starts linerate with one HTTPS listener on a certificate for `localhost` from
+/// `ca`, serving `root`; `extra` are more `serve` arguments.
+pub fn start_server(ca: &TestCa, root: &Path, extra: &[&str]) -> super::Server {
+    let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
+    let mut args = vec!["--root", root.to_str().unwrap(), "--tls-listen", "127.0.0.1:0"];
+    args.extend(["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    super::Server::start(&args)
+}
+
 /// A rustls client connection to `addr`, verifying `name` against the CA at `ca`.
 pub fn connect(addr: SocketAddr, name: &str, ca: &Path) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
     use rustls::pki_types::pem::PemObject;
