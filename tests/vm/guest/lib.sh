@@ -7,6 +7,8 @@ IP=/usr/sbin/ip
 CURL=/usr/bin/curl
 NGINX=/usr/sbin/nginx
 ETHTOOL=/usr/sbin/ethtool
+IPERF=/usr/bin/iperf3
+WRK=/usr/bin/wrk
 LINERATE=/usr/bin/linerate
 TLS_DIR=/vm/tls
 
