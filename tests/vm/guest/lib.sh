@@ -28,6 +28,12 @@ report() {
     echo "report: $1: $2" >>/tmp/vm-report
 }
 
+# report_line TEXT: a line the host prints as it is after the run (a table row).
+report_line() {
+    echo "[$SCENARIO] report: $1" >&2
+    echo "report: $1" >>/tmp/vm-report
+}
+
 # expect_eq WHAT GOT WANT
 expect_eq() {
     [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
