@@ -27,11 +27,11 @@
 # target/vm/tls-bench/report.txt). Under TCG every instruction is emulated, the AES
 # instructions included, so absolute Gb/s are far below real hardware and only the
 # ratios within one run mean something; docs/PERFORMANCE.md says how to read it.
-# Takes about 90 s; change ROUNDS and SECONDS_PER_RUN below for longer runs.
+# Takes about 100 s; change ROUNDS and SECONDS_PER_RUN below for longer runs.
 . /vm/lib.sh
 
-ROUNDS=2
-SECONDS_PER_RUN=8
+ROUNDS=3
+SECONDS_PER_RUN=5
 CONNECTIONS=8
 CHUNK=2097152
 # USER_HZ: the unit of /proc/PID/stat and /proc/stat times, 100 on x86 Linux (busybox
