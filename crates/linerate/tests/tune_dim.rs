@@ -1,7 +1,7 @@
 //! `linerate tune dim` against real interfaces of this machine, on the paths that
 //! change nothing: argument errors, interfaces without coalescing settings (the
 //! ioctl's real answer), unknown interfaces. Driving real coalescing needs a NIC
-//! with coalescing, which the qemu guest check (tests/vm/guest/dim-e1000e.sh) has.
+//! with coalescing, which the qemu guest has (VM scenarios `dim` and `dim-traffic`).
 
 mod common;
 

@@ -7,6 +7,8 @@ IP=/usr/sbin/ip
 CURL=/usr/bin/curl
 NGINX=/usr/sbin/nginx
 ETHTOOL=/usr/sbin/ethtool
+IPERF=/usr/bin/iperf3
+WRK=/usr/bin/wrk
 LINERATE=/usr/bin/linerate
 TLS_DIR=/vm/tls
 
@@ -24,6 +26,12 @@ fail() {
 report() {
     echo "[$SCENARIO] report: $1: $2" >&2
     echo "report: $1: $2" >>/tmp/vm-report
+}
+
+# report_line TEXT: a line the host prints as it is after the run (a table row).
+report_line() {
+    echo "[$SCENARIO] report: $1" >&2
+    echo "report: $1" >>/tmp/vm-report
 }
 
 # expect_eq WHAT GOT WANT

@@ -5,7 +5,7 @@
 
 # Host programs the guest gets, each with the shared libraries ldd lists and the
 # ELF interpreter, at the same paths as on the host.
-GUEST_TOOLS="/usr/bin/curl /usr/sbin/nginx /usr/sbin/ip /usr/sbin/ethtool"
+GUEST_TOOLS="/usr/bin/curl /usr/sbin/nginx /usr/sbin/ip /usr/sbin/ethtool /usr/bin/iperf3 /usr/bin/wrk /usr/bin/openssl"
 
 # Copies host program $2 into staging root $1 (contents, not the symlink) with its
 # libraries.
