@@ -167,7 +167,8 @@ impl Host {
             .filter(|name| self.exists(&format!("sys/block/{name}/device")))
             .map(|name| {
                 let node =
-                    [format!("sys/block/{name}/device/numa_node"), format!("sys/block/{name}/device/device/numa_node")]
+                    // NVMe and SCSI: on the device; virtio-blk: on the PCI function above it.
+                    [format!("sys/block/{name}/device/numa_node"), format!("sys/block/{name}/device/../numa_node")]
                         .iter()
                         .find_map(|p| self.read(p).ok().and_then(|s| s.trim().parse::<i64>().ok()))
                         .and_then(|n| u32::try_from(n).ok());

@@ -77,6 +77,22 @@ initramfs_boot_image() {
     { cat "$base"; (cd "$dir" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet); } >"$out"
 }
 
+# disk_image TITLES MIB: makes (once per run) $BUILD/media/disk-TITLES-MIB.img, an
+# ext4 file system holding title1.bin ... titleTITLES.bin of MIB MiB of random bytes
+# each; prints the image's path.
+disk_image() {
+    local image=$BUILD/media/disk-$1-$2.img dir i
+    if [ ! -e "$image" ]; then
+        dir=$BUILD/media/disk-$1-$2
+        mkdir -p "$dir"
+        for i in $(seq 1 "$1"); do
+            head -c $(($2 * 1048576)) /dev/urandom >"$dir/title$i.bin"
+        done
+        mkfs.ext4 -q -F -d "$dir" "$image" $(($1 * $2 + 64))M >&2 || die "mkfs.ext4 failed"
+    fi
+    echo "$image"
+}
+
 # initramfs_media MIB: makes (once per run) $BUILD/media/big-MIB.bin, MIB MiB of
 # random bytes, and its sha256 next to it; prints the file's path. Random content,
 # so that a misplaced byte range cannot match; made on the host because

@@ -80,6 +80,15 @@ topo_cable() {
     TOPO_DRIVERS="$TOPO_DRIVERS $(topo_driver "$smodel") $(topo_driver "$cmodel")"
 }
 
+# topo_disk IMAGE NODE: the raw disk image IMAGE as a virtio-blk disk (the guest's
+# /dev/vda) behind the PCIe expander of NUMA node NODE.
+topo_disk() {
+    local image=$1 node=$2
+    topo_bus_for_node "$node" 9
+    QEMU_TOPO+=(-drive "file=$image,format=raw,if=none,id=disk0,cache=unsafe"
+        -device "virtio-blk-pci,drive=disk0,bus=$TOPO_BUS,romfile=")
+}
+
 # One node, two CPUs, no NIC: for scenarios that only use loopback (boots faster:
 # no NIC driver, no link to wait for).
 topology_loopback() {
