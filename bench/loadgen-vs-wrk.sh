@@ -73,7 +73,7 @@ run_one() {
     case "$client" in
         wrk) cpu=$(with_cpu wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$url/" 2>&1 >/dev/null | tail -1)
              read -r bytes gbps errors < <(awk '/^RESULT/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); r[kv[1]] = kv[2] }
-                 printf "%d %.3f %d\n", r["bytes"], r["bytes"] * 8 / r["duration_us"] / 1000, r["errors"] + r["status"] }' "$work/out") ;;
+                 printf "%.0f %.3f %d\n", r["bytes"], r["bytes"] * 8 / r["duration_us"] / 1000, r["errors"] + r["status"] }' "$work/out") ;;
         bench) cpu=$(with_cpu "$bin" bench --base-url "$url/" --files "$file_list" --sessions "$c" --workers 2 \
                  --duration "$duration" --max-rate --zipf 0 --segment-bytes 2097152 --json 2>&1 >/dev/null | tail -1)
              read -r bytes gbps errors < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))

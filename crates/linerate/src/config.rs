@@ -302,9 +302,12 @@ impl Default for Admin {
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Steering {
-    /// A worker on the CPU that received the SYN, else one in that CPU's domain
-    /// (a classic-BPF reuseport program).
+    /// A worker of the domain whose CPU received the SYN, by flow hash (a
+    /// classic-BPF reuseport program).
     #[default]
+    Domain,
+    /// The worker on the CPU that received the SYN, else one in that CPU's domain:
+    /// for NICs whose receive queues are spread one per CPU.
     Cpu,
     /// The kernel's reuseport hash over all workers.
     Hash,
@@ -341,7 +344,7 @@ pub struct Numa {
 impl Default for Numa {
     fn default() -> Self {
         Numa {
-            steering: Steering::Cpu,
+            steering: Steering::Domain,
             placement: Placement::Network,
             bind_memory: false,
             page_sample: 0.01,

@@ -183,7 +183,8 @@ pub struct Plan {
     pub domains: Vec<Domain>,
     /// Worker `i` runs at `workers[i]`.
     pub workers: Vec<Slot>,
-    /// `cpu-cbpf` or `reuseport-hash`.
+    /// `domain-cbpf`, `cpu-cbpf` or `reuseport-hash` (when nothing is left to
+    /// steer: one worker, or `domain` steering with one domain that has workers).
     pub steering: &'static str,
     pub warnings: Vec<String>,
 }
@@ -229,7 +230,12 @@ impl Plan {
                 d.workers.push(i);
             }
         }
-        let steering = if numa.steering == Steering::Cpu && count > 1 { "cpu-cbpf" } else { "reuseport-hash" };
+        let staffed = domains.iter().filter(|d| !d.workers.is_empty()).count();
+        let steering = match numa.steering {
+            Steering::Cpu if count > 1 => "cpu-cbpf",
+            Steering::Domain if staffed > 1 => "domain-cbpf",
+            _ => "reuseport-hash",
+        };
         let mut warnings = topo.warnings.clone();
         for d in domains.iter().filter(|d| d.workers.is_empty()) {
             warnings.push(format!(
@@ -437,7 +443,9 @@ mod tests {
         assert_eq!(plan.domains[3].disks, vec!["nvme2n1"]);
         assert_eq!(plan.domains[2].workers, vec![8, 9, 10, 11]);
         assert_eq!(plan.workers[9], Slot { cpu: 9, domain: 2, node: 2 });
-        assert_eq!(plan.steering, "cpu-cbpf");
+        assert_eq!(plan.steering, "domain-cbpf");
+        let cpu = Numa { steering: Steering::Cpu, ..Numa::default() };
+        assert_eq!(Plan::new(&t, 0, &cpu).steering, "cpu-cbpf");
     }
 
     #[test]
@@ -505,6 +513,10 @@ mod tests {
         // One node: the NIC can only be there, and that is not worth a warning.
         assert_eq!(t.nics[0].node, Some(0));
         assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        // One domain: steering by domain has nothing to choose; by CPU it still does.
+        assert_eq!(Plan::new(&t, 0, &Numa::default()).steering, "reuseport-hash");
+        let cpu = Numa { steering: Steering::Cpu, ..Numa::default() };
+        assert_eq!(Plan::new(&t, 0, &cpu).steering, "cpu-cbpf");
         let live = Topology::discover(&Host::new(Path::new("/")), &[0], &Numa::default());
         assert!(live.nodes.iter().any(|n| n.cpus.contains(&0)));
     }

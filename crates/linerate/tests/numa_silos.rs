@@ -1,6 +1,7 @@
-//! NUMA siloing on the host: connections steered to the worker on the CPU that
-//! received the SYN (loopback handles the SYN on the sender's CPU, so the client is
-//! pinned with taskset), cross-domain accounting with fake domains, the silo plan
+//! NUMA siloing on the host: with `steering = "cpu"`, connections steered to the
+//! worker on the CPU that received the SYN (loopback handles the SYN on the sender's
+//! CPU, so the client is pinned with taskset); by default (`domain`) spread over the
+//! domain's workers; cross-domain accounting with fake domains, the silo plan
 //! of `linerate topo` on a fixture board, page-node sampling and disk-centric
 //! read-ahead. The real multi-node checks run in the qemu harness.
 
@@ -44,7 +45,8 @@ fn status(s: &Server) -> serde_json::Value {
 fn a_connection_is_served_on_the_cpu_that_received_it() {
     let c = Content::new();
     c.write("a.txt", b"A");
-    let s = Server::start(&["--root", &c.root_arg(), "--debug-headers"]);
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\nsteering = \"cpu\"\n", c.path()));
+    let s = Server::start(&["--config", cfg.arg(), "--debug-headers"]);
     assert_eq!(status(&s)["steering"], "cpu-cbpf");
     for round in 0..3 {
         for cpu in allowed_cpus() {
@@ -60,14 +62,31 @@ fn a_connection_is_served_on_the_cpu_that_received_it() {
 }
 
 #[test]
+fn by_default_one_clients_cpu_does_not_decide_the_worker() {
+    // One domain: a client whose SYNs all arrive on one CPU still reaches every worker
+    // (with steering by CPU it would reach one).
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= 2, "needs two CPUs");
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    let s = Server::start(&["--root", &c.root_arg(), "--workers", "2", "--debug-headers"]);
+    assert_eq!(status(&s)["steering"], "reuseport-hash", "one domain: nothing to steer");
+    let workers: std::collections::BTreeSet<String> =
+        (0..24).map(|_| worker_seen_from(cpus[0], &s.url("/a.txt")).split(' ').next().unwrap().to_string()).collect();
+    assert_eq!(workers.len(), 2, "24 connections from CPU {} reached workers {workers:?}", cpus[0]);
+}
+
+#[test]
 fn fake_domains_count_connections_that_cross() {
     let cpus = allowed_cpus();
     assert!(cpus.len() >= 2, "needs two CPUs to split into two domains");
     let c = Content::new();
     c.write("a.txt", b"A");
-    // Steered: with one CPU per fake domain, nothing crosses.
+    // Steered: with one CPU and two workers per fake domain (so the kernel took the
+    // program's flow-hash branch), nothing crosses.
     let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\nsplit_domains = 2\n", c.path()));
-    let s = Server::start(&["--config", cfg.arg(), "--workers", "2"]);
+    let s = Server::start(&["--config", cfg.arg(), "--workers", "4"]);
+    assert_eq!(status(&s)["steering"], "domain-cbpf");
     for _ in 0..20 {
         tool("taskset")
             .args(["-c", &cpus[0].to_string(), "curl", "-s", "-o", "/dev/null", &s.url("/a.txt")])
@@ -96,7 +115,7 @@ fn topo_prints_the_silo_plan_of_a_board() {
     let out = tool(BIN).args(["topo", "--json", "--sysroot", board, "--config", cfg.arg()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["steering"], "cpu-cbpf");
+    assert_eq!(v["steering"], "domain-cbpf");
     let domains = v["domains"].as_array().unwrap();
     assert_eq!(domains.len(), 4);
     for (i, d) in domains.iter().enumerate() {

@@ -5,7 +5,8 @@
 //! member that gets the connection: the order in which the sockets joined (bound)
 //! the group. An index past the last member makes the kernel fall back to its
 //! usual hash over all members. The program can read the CPU that is processing
-//! the SYN (`SKF_AD_CPU`) and the packet's flow hash (`SKF_AD_RXHASH`).
+//! the SYN (`SKF_AD_CPU`), the packet's flow hash (`SKF_AD_RXHASH`, 0 when the
+//! NIC or stack computed none) and a random number (`SKF_AD_RANDOM`).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -32,6 +33,7 @@ pub mod op {
     /// Ancillary data offsets (`SKF_AD_OFF + ...`).
     pub const AD_CPU: u32 = (-0x1000i32) as u32 + 36;
     pub const AD_RXHASH: u32 = (-0x1000i32) as u32 + 32;
+    pub const AD_RANDOM: u32 = (-0x1000i32) as u32 + 56;
 }
 
 /// The longest program the kernel accepts (`BPF_MAXINSNS`).

@@ -14,7 +14,7 @@
 #   remote-page %   served bytes whose page-cache pages sat on another node than
 #                   the serving worker's
 #   crossings/byte  remote pages plus connections served across domains, per byte
-# Modes: siloing off (reuseport hash), on (CPU steering, network-centric pages),
+# Modes: siloing off (reuseport hash), on (domain steering, network-centric pages),
 # disk-centric with clients on both NICs, and disk-centric with clients entering on
 # the disk's node (srv1) only. Targets: on >= 99% in-domain (off about 50%);
 # on <= 55% remote pages; disk-centric through srv1 <= 5% remote pages.
@@ -79,10 +79,10 @@ report_line "| mode | connections in receiving domain % | bytes from remote-node
 report_line "|---|---|---|---|"
 measure "siloing off (reuseport hash), both NICs" hash network both
 off_in=$IN_DOMAIN
-measure "siloing on, network-centric, both NICs" cpu network both
+measure "siloing on, network-centric, both NICs" domain network both
 on_in=$IN_DOMAIN on_remote=$REMOTE
-measure "disk-centric (disk on node 1), both NICs" cpu disk both
-measure "disk-centric (disk on node 1), clients on srv1" cpu disk 1
+measure "disk-centric (disk on node 1), both NICs" domain disk both
+measure "disk-centric (disk on node 1), clients on srv1" domain disk 1
 disk_remote=$REMOTE
 
 [ "$on_in" -ge 99 ] || fail "siloing on: $on_in% of connections in their receiving domain, want >= 99%"

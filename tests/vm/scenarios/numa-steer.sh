@@ -3,9 +3,11 @@
 #
 # NUMA siloing across the emulated NICs. Each NIC's interrupts go to its own node's
 # CPU (srv0 -> CPU 0 on node 0, srv1 -> CPU 1 on node 1), as `linerate tune` would
-# set them; a client in the namespace connects through each NIC in turn. Every
-# connection must be served by a worker of the node whose NIC it entered
-# (X-Linerate-Worker), none counted as crossing domains; each worker's buffers must
+# set them; a client in the namespace connects through each NIC in turn. The server
+# runs two workers per node, so the steering program's in-domain spreading runs in
+# the kernel: every connection must be served by a worker of the node whose NIC it
+# entered (X-Linerate-Worker), both of that node's workers must get some, none may
+# be counted as crossing domains; each worker's buffers must
 # be on its own node (/status, from the kernel's page lookup); `linerate topo`
 # must show the plan, and a configuration that pretends srv1 is on node 0 must move
 # it there.
@@ -25,10 +27,10 @@ done
 # The plan, as the server will use it.
 "$LINERATE" topo >/tmp/topo.txt
 report "linerate topo" "$(tr '\n' ';' </tmp/topo.txt)"
-grep -q "^steering: cpu-cbpf" /tmp/topo.txt || fail "steering is not cpu-cbpf: $(cat /tmp/topo.txt)"
+grep -q "^steering: domain-cbpf" /tmp/topo.txt || fail "steering is not domain-cbpf: $(cat /tmp/topo.txt)"
 grep -q "^domain 0 node 0: cpus 0  workers 0-0  nics \[srv0\]" /tmp/topo.txt || fail "domain 0 plan: $(cat /tmp/topo.txt)"
 grep -q "^domain 1 node 1: cpus 1  workers 1-1  nics \[srv1\]" /tmp/topo.txt || fail "domain 1 plan: $(cat /tmp/topo.txt)"
-"$LINERATE" topo --json | grep -q '"steering": "cpu-cbpf"' || fail "topo --json has no steering"
+"$LINERATE" topo --json | grep -q '"steering": "domain-cbpf"' || fail "topo --json has no steering"
 
 # A pretend mapping moves srv1 to node 0.
 printf '[numa.nic_nodes]\nsrv1 = 0\n' >/tmp/remap.toml
@@ -36,24 +38,28 @@ printf '[numa.nic_nodes]\nsrv1 = 0\n' >/tmp/remap.toml
 grep -q "^domain 0 node 0: .*nics \[srv0 srv1\]" /tmp/topo-remap.txt || fail "remapped plan: $(cat /tmp/topo-remap.txt)"
 grep -q "^nic srv1: node 0 (configured)" /tmp/topo-remap.txt || fail "remapped nic: $(cat /tmp/topo-remap.txt)"
 
-"$LINERATE" serve --root /srv/media --listen 0.0.0.0:0 --admin 127.0.0.1:9090 --debug-headers \
+"$LINERATE" serve --root /srv/media --listen 0.0.0.0:0 --admin 127.0.0.1:9090 --debug-headers --workers 4 \
     >/tmp/linerate.out 2>/tmp/linerate.err &
 pid=$!
 port=$(wait_listening $pid /tmp/linerate.out http 0.0.0.0)
 log "linerate listening on port $port"
 
-# node_of_response URL: the node=N of the X-Linerate-Worker field.
-node_of_response() {
-    in_client "$CURL" -sS --max-time 60 -o /dev/null -D - "$1" |
-        sed -n 's/^X-Linerate-Worker: .* node=\([0-9]*\).*/\1/p' | tr -d '\r'
+# worker_of_response URL: "WORKER NODE" from the X-Linerate-Worker field.
+worker_of_response() {
+    in_client "$CURL" -sS --max-time 60 -r 0-262143 -o /dev/null -D - "$1" |
+        sed -n 's/^X-Linerate-Worker: \([0-9]*\) .* node=\([0-9]*\).*/\1 \2/p' | tr -d '\r'
 }
-per_nic=8
+per_nic=16
 for n in 0 1; do
+    workers=""
     for i in $(seq 1 $per_nic); do
-        got=$(node_of_response "http://10.$n.0.1:$port/big.bin")
-        expect_eq "node serving connection $i through srv$n" "$got" "$n"
+        got=$(worker_of_response "http://10.$n.0.1:$port/big.bin")
+        expect_eq "node serving connection $i through srv$n" "${got#* }" "$n"
+        workers="$workers ${got% *}"
     done
-    report "through srv$n" "$per_nic of $per_nic connections served on node $n"
+    seen=$(echo $workers | tr ' ' '\n' | sort -u | tr '\n' ' ')
+    report "through srv$n" "$per_nic of $per_nic connections served on node $n, by workers $seen"
+    [ "$(echo $seen | wc -w)" = 2 ] || fail "connections through srv$n reached workers $seen, not both of node $n"
 done
 
 status=$("$CURL" -sS http://127.0.0.1:9090/status)

@@ -36,7 +36,7 @@ pub struct AdminState {
     pub started: Instant,
     /// `ktls-tx-rx` or `userspace`, when HTTPS is configured.
     pub tls_mode: Option<&'static str>,
-    /// The connection steering in force (`cpu-cbpf` or `reuseport-hash`).
+    /// The connection steering in force (`domain-cbpf`, `cpu-cbpf` or `reuseport-hash`).
     pub steering: &'static str,
     /// Connections at which /load reports no spare capacity.
     pub capacity_connections: u64,

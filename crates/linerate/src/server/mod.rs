@@ -266,16 +266,16 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
 }
 
 /// Attaches the steering program to each listener group (through one member of
-/// each, `leaders`) when the plan asks for CPU steering. Returns the mechanism in
+/// each, `leaders`) when the plan steers by domain or CPU. Returns the mechanism in
 /// force; a kernel that refuses the program leaves the reuseport hash.
 fn attach_steering<'a>(plan: &Plan, leaders: impl Iterator<Item = &'a std::net::TcpListener>) -> &'static str {
-    if plan.steering != "cpu-cbpf" {
+    if plan.steering == "reuseport-hash" {
         return plan.steering;
     }
     let program = steering::program(&steering::targets(plan));
     for l in leaders {
         if let Err(e) = linerate_sys::reuseport::attach_reuseport_cbpf(std::os::fd::AsFd::as_fd(l), &program) {
-            tracing::warn!("cannot attach the CPU steering program ({e}); connections are spread by the kernel's hash");
+            tracing::warn!("cannot attach the steering program ({e}); connections are spread by the kernel's hash");
             return "reuseport-hash";
         }
     }
