@@ -12,10 +12,12 @@
 #
 # Usage: bench/qoe.sh [--quick] [--sessions N] [--duration S] [--bitrate-mbps R]
 #          [--ramp N] [--titles N] [--title-mib M] [--workers N] [--protocols "http https"]
-#          [--dir DIR] [--bin PATH]
+#          [--rounds N] [--dir DIR] [--bin PATH]
 #   defaults: 10000 sessions at 5 Mb/s for 60 s, started at 1000 per second,
 #             50 titles of 64 MiB, 2 server workers.
 #   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
+#   --rounds  N runs per (protocol, server), alternating the servers (default 1);
+#             with more than one, a second table gives each column's median.
 #
 # Limits: each process may open 20,000 files here. The bench needs one socket per
 # session (at most 10,000) and so does the server; they are separate processes, so
@@ -30,7 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https"
+sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https" rounds=1
 dir="${TMPDIR:-/tmp}/linerate-qoe" bin="" quick=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -43,9 +45,10 @@ while [ $# -gt 0 ]; do
         --title-mib) title_mib=$2; shift ;;
         --workers) workers=$2; shift ;;
         --protocols) protocols=$2; shift ;;
+        --rounds) rounds=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -185,13 +188,22 @@ print(proto, server, "%.3f" % j["gbps"], "%.0f" % j["play_delay_ms"]["p50"], "%.
       j["plays_not_started"])
 PY
     tail -1 "$results" | awk '{ printf "  %-8s %-5s %7s Gb/s  play delay p50 %s ms p99 %s ms  ttfb p99 %s ms  rebuffer ratio %s  errors %s  rss %s MiB  machine busy %s%%\n", $2, $1, $3, $4, $5, $6, $7, $8, $9, $10 }'
+    python3 - "$work/bench.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+kinds = ", ".join("%s %d" % (k, v) for k, v in j["errors"].items() if v)
+if kinds:
+    print("           errors by kind: %s; first: %s" % (kinds, j["first_error"]))
+PY
 }
 
 echo "QoE: $sessions sessions at $bitrate Mb/s, 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
 echo "host: $(nproc) CPUs, $(uname -r)"
-for proto in $protocols; do
-    for server in nginx linerate; do
-        run_one "$proto" "$server"
+for round in $(seq 1 "$rounds"); do
+    for proto in $protocols; do
+        for server in nginx linerate; do
+            run_one "$proto" "$server"
+        done
     done
 done
 
@@ -200,6 +212,24 @@ echo "| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB 
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 awk '$3 == "n/a" { printf "| %s | %s | n/a (needs linerate HTTPS) |||||||||||\n", $1, $2; next }
      { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
+if [ "$rounds" -gt 1 ]; then
+    echo
+    echo "Medians of $rounds rounds:"
+    echo
+    python3 - "$results" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[2] != "n/a":
+        runs.setdefault((f[0], f[1]), []).append([float(x) for x in f[2:]])
+print("| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for (proto, server), rows in runs.items():
+    med = [statistics.median(col) for col in zip(*rows)]
+    print("| %s | %s | %s |" % (proto, server, " | ".join("%.5g" % m for m in med)))
+PY
+fi
 # A run that moved nothing is a broken set-up, not a result.
 if awk '$3 != "n/a" && $3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
     echo "a run moved no data" >&2

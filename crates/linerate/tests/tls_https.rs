@@ -398,3 +398,57 @@ fn same_bytes_on_every_path() {
         }
     }
 }
+
+/// Resident memory of a process in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn stalled_readers_pin_no_record_batches_and_still_get_every_byte() {
+    // User-space TLS seals up to 16 records (256 KiB) per write. Viewers whose
+    // sockets are full must not each keep such a batch while they wait: 100 of them
+    // would pin 25 MiB. Small socket buffers on both sides make every socket fill.
+    let cfg = ConfigFile::new("[tls]\nkernel_tls = \"off\"\n[tcp]\nsend_buffer_bytes = 65536\n");
+    let s = setup_with(&["--config", cfg.arg(), "--workers", "1"]);
+    let data = s.content.write_random("big.bin", 8 << 20, 31);
+    let addr = s.server.tls_addrs[0];
+    let mut conns = Vec::new();
+    let mut heads = Vec::new();
+    let before = rss_kib(s.server.pid());
+    for _ in 0..100 {
+        let mut tls = common::tls::connect_with(addr, "localhost", &s.ca.ca_pem, Some(16 * 1024));
+        tls.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        // Wait for the head, so the server is sending on every connection.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = std::io::Read::read(&mut tls, &mut buf).unwrap();
+            assert!(n > 0, "closed before the head");
+            got.extend_from_slice(&buf[..n]);
+        }
+        conns.push(tls);
+        heads.push(got);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = rss_kib(s.server.pid()).saturating_sub(before);
+    assert!(grown < 8 * 1024, "100 stalled TLS connections grew the server by {grown} KiB");
+    // Some of them now read to the end: every byte arrives, in order.
+    for (mut tls, head) in conns.drain(..3).zip(heads) {
+        let mut raw = head;
+        let mut buf = [0u8; 65536];
+        loop {
+            match std::io::Read::read(&mut tls, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => panic!("TLS read: {e}"),
+            }
+        }
+        let r = parse_response(&raw).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == data, "body differs after the socket was full");
+    }
+}

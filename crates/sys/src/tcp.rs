@@ -3,7 +3,9 @@
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use crate::{getsockopt_bytes, setsockopt_bytes};
+use std::os::fd::AsRawFd;
+
+use crate::{cvt, getsockopt_bytes, setsockopt_bytes};
 
 /// The parts of `struct tcp_info` (linux/tcp.h) the server samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,6 +95,22 @@ pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
     let mut v = [0u8; 4];
     getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &mut v)?;
     Ok(u32::from_ne_bytes(v))
+}
+
+/// Bytes the socket's send buffer can still take: `SO_SNDBUF` (the kernel's cap on
+/// queued bytes, autotuned unless set) minus `SIOCOUTQ` (bytes written and not yet
+/// acknowledged). An estimate: the kernel also charges per-packet overhead against
+/// the cap, so a write of this size may be taken only in part.
+pub fn send_room(sock: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut v = [0u8; 4];
+    getsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, &mut v)?;
+    let cap = i32::from_ne_bytes(v).max(0) as usize;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) on a socket writes one int through the pointer,
+    // which points to a live, writable c_int. The descriptor is borrowed.
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut queued as *mut libc::c_int) };
+    cvt(ret)?;
+    Ok(cap.saturating_sub(queued.max(0) as usize))
 }
 
 /// The calling thread's kernel id (for its CPU time in /proc/self/task/TID/stat).

@@ -91,6 +91,8 @@ pub struct UserTls {
     /// Plaintext held back by `write_all(.., more = true)`.
     held: Vec<u8>,
     buffers: Rc<RecordBuffers>,
+    /// Sealed records the socket has not taken yet; written before anything else.
+    pending: Vec<u8>,
     body_bytes: u64,
 }
 
@@ -120,6 +122,7 @@ impl UserTls {
             rx: Vec::new(),
             held: Vec::new(),
             buffers,
+            pending: Vec::new(),
             body_bytes: 0,
         }
     }
@@ -195,11 +198,90 @@ impl UserTls {
     /// Seals an alert and sends it if the socket takes it at once (the connection
     /// is about to close).
     fn send_alert(&mut self, alert: [u8; 2]) {
+        if !self.pending.is_empty() {
+            // Sealed records are still queued ahead of it; the alert cannot overtake them.
+            return;
+        }
         let mut rec = [0u8; 64];
         let off = self.sealer.payload_offset();
         rec[off..off + 2].copy_from_slice(&alert);
         let n = self.sealer.seal(record::CONTENT_ALERT, &mut rec, 2);
         let _ = self.stream.try_write(&rec[..n]);
+    }
+
+    /// Writes what the socket takes of `bytes` now, without waiting, and keeps the
+    /// rest in `pending`.
+    fn write_now(&mut self, bytes: &[u8]) -> Result<(), SendError> {
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.stream.try_write(&bytes[done..]) {
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.pending.extend_from_slice(&bytes[done..]);
+        Ok(())
+    }
+
+    /// Waits until every pending record is written, then frees their copy.
+    async fn flush_pending(&mut self) -> Result<(), SendError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.write_out(&pending).await
+    }
+
+    /// How many full records the next batch holds: what the socket has room for
+    /// now, at least one and at most [`RECORDS_PER_WRITE`].
+    fn batch_records(&self, stride: usize) -> usize {
+        match linerate_sys::tcp::send_room(self.stream.as_fd()) {
+            Ok(room) => (room / stride).clamp(1, RECORDS_PER_WRITE),
+            Err(_) => RECORDS_PER_WRITE,
+        }
+    }
+
+    /// Reads up to `records` payload slots' worth of `file` at `offset` (at most
+    /// `len` bytes) into `batch`, after the held head bytes, and seals it. Returns
+    /// the batch's end and the file bytes read.
+    fn seal_from_file(
+        &mut self,
+        batch: &mut [u8],
+        file: &File,
+        offset: u64,
+        len: u64,
+        records: usize,
+    ) -> Result<(usize, usize), SendError> {
+        let off = self.sealer.payload_offset();
+        let stride = MAX_PAYLOAD + self.sealer.overhead();
+        let start = self.start_batch(batch)?;
+        let held = self.held.len();
+        batch[start + off..start + off + held].copy_from_slice(&self.held);
+        self.held.clear();
+        // One iovec per record payload slot (the first after the held bytes),
+        // covering at most `len` bytes.
+        let mut want = len;
+        let mut count = 0;
+        let mut chunks = batch[start..].chunks_mut(stride);
+        let mut slices: [IoSliceMut<'_>; RECORDS_PER_WRITE] = std::array::from_fn(|i| {
+            let from = off + if i == 0 { held } else { 0 };
+            match chunks.next() {
+                Some(rec) if i < records && want > 0 && rec.len() >= off + MAX_PAYLOAD => {
+                    let n = ((off + MAX_PAYLOAD - from) as u64).min(want) as usize;
+                    want -= n as u64;
+                    count += 1;
+                    IoSliceMut::new(&mut rec[from..from + n])
+                }
+                _ => IoSliceMut::new(Default::default()),
+            }
+        });
+        let read = linerate_sys::preadv(file.as_fd(), &mut slices[..count], offset)?;
+        if read == 0 {
+            return Err(SendError::Truncated);
+        }
+        Ok((self.seal_batch(batch, start, held + read), read))
     }
 
     async fn write_out(&self, mut bytes: &[u8]) -> Result<(), SendError> {
@@ -251,6 +333,7 @@ impl Transport for UserTls {
             self.held.extend_from_slice(bytes);
             return Ok(());
         }
+        self.flush_pending().await?;
         let mut held = std::mem::take(&mut self.held);
         let mut batch = self.buffers.take();
         let off = self.sealer.payload_offset();
@@ -293,47 +376,22 @@ impl Transport for UserTls {
             // Too much held back to share the first record: send it on its own.
             self.write_all(&[], false).await?;
         }
-        let mut batch = self.buffers.take();
-        let off = self.sealer.payload_offset();
         let stride = MAX_PAYLOAD + self.sealer.overhead();
-        let result = async {
-            while len > 0 {
-                let start = self.start_batch(&mut batch)?;
-                let held = self.held.len();
-                batch[start + off..start + off + held].copy_from_slice(&self.held);
-                self.held.clear();
-                // One iovec per record payload slot (the first after the held bytes),
-                // covering at most `len` bytes.
-                let mut want = len;
-                let mut count = 0;
-                let mut chunks = batch[start..].chunks_mut(stride);
-                let mut slices: [IoSliceMut<'_>; RECORDS_PER_WRITE] = std::array::from_fn(|i| {
-                    let from = off + if i == 0 { held } else { 0 };
-                    match chunks.next() {
-                        Some(rec) if want > 0 && rec.len() >= off + MAX_PAYLOAD => {
-                            let n = ((off + MAX_PAYLOAD - from) as u64).min(want) as usize;
-                            want -= n as u64;
-                            count += 1;
-                            IoSliceMut::new(&mut rec[from..from + n])
-                        }
-                        _ => IoSliceMut::new(Default::default()),
-                    }
-                });
-                let read = linerate_sys::preadv(file.as_fd(), &mut slices[..count], offset)?;
-                if read == 0 {
-                    return Err(SendError::Truncated);
-                }
-                let end = self.seal_batch(&mut batch, start, held + read);
-                self.write_out(&batch[..end]).await?;
-                offset += read as u64;
-                len -= read as u64;
-                self.body_bytes += read as u64;
-            }
-            Ok(())
+        while len > 0 {
+            self.flush_pending().await?;
+            let records = self.batch_records(stride);
+            let mut batch = self.buffers.take();
+            let result = self.seal_from_file(&mut batch, file, offset, len, records).and_then(|(end, read)| {
+                self.write_now(&batch[..end])?;
+                Ok(read)
+            });
+            self.buffers.give(batch);
+            let read = result?;
+            offset += read as u64;
+            len -= read as u64;
+            self.body_bytes += read as u64;
         }
-        .await;
-        self.buffers.give(batch);
-        result
+        self.flush_pending().await
     }
 
     fn body_bytes_sent(&self) -> u64 {

@@ -60,6 +60,17 @@ pub fn start_server(ca: &TestCa, root: &Path, extra: &[&str]) -> super::Server {
 
 /// A rustls client connection to `addr`, verifying `name` against the CA at `ca`.
 pub fn connect(addr: SocketAddr, name: &str, ca: &Path) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    connect_with(addr, name, ca, None)
+}
+
+/// [`connect`] with the client socket's receive buffer set to `rcvbuf` bytes first
+/// (a small one makes the server's send buffer fill quickly).
+pub fn connect_with(
+    addr: SocketAddr,
+    name: &str,
+    ca: &Path,
+    rcvbuf: Option<usize>,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
@@ -71,7 +82,15 @@ pub fn connect(addr: SocketAddr, name: &str, ca: &Path) -> rustls::StreamOwned<r
         .with_root_certificates(roots)
         .with_no_client_auth();
     let conn = rustls::ClientConnection::new(Arc::new(config), name.to_string().try_into().unwrap()).unwrap();
-    let sock = TcpStream::connect(addr).unwrap();
+    let sock = match rcvbuf {
+        None => TcpStream::connect(addr).unwrap(),
+        Some(bytes) => {
+            let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).unwrap();
+            s.set_recv_buffer_size(bytes).unwrap();
+            s.connect(&addr.into()).unwrap();
+            s.into()
+        }
+    };
     sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     rustls::StreamOwned::new(conn, sock)
 }
