@@ -10,7 +10,7 @@
 # their ratio, and each client's own CPU seconds per GB (user+sys from getrusage of
 # the finished client process), plus the server's and the whole machine's.
 #
-# Acceptance (issue 6): bench Gb/s within 10% of wrk's, bench CPU-s/GB <= wrk's.
+# Target: bench Gb/s within 10% of wrk's, bench CPU-s/GB <= wrk's.
 #
 # Usage: bench/loadgen-vs-wrk.sh [--quick] [--rounds N] [--duration S]
 #          [--workers N] [--conns "16 256"] [--dir DIR] [--bin PATH]

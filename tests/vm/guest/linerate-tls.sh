@@ -1,6 +1,5 @@
 # Helpers for the scenarios that drive linerate's HTTPS (ktls, ktls-absent,
-# ktls-nic), sourced after /vm/lib.sh. Written against the HTTPS interface of
-# issue 4:
+# ktls-nic), sourced after /vm/lib.sh. Written against linerate's HTTPS interface:
 #   linerate serve --root DIR --tls-listen ADDR:PORT --cert FILE --key FILE
 #   stdout: "listening https://ADDR:PORT" per TLS address
 #   stderr: one line at start-up containing tls_mode=ktls-tx-rx, tls_mode=ktls-tx

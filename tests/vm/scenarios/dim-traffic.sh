@@ -1,7 +1,7 @@
 # topology: numa1
 # default: no
 #
-# Issue 8's traffic check of `linerate tune dim --take-over` on the e1000e (srv0):
+# The traffic check of `linerate tune dim --take-over` on the e1000e (srv0):
 # bulk traffic into srv0 (iperf3 from the client namespace) must raise rx-usecs
 # (read back with `ethtool -c`) above what ping-pong had, ping-pong afterwards must
 # lower it again, idle must end on the lowest timer, SIGTERM must restore the

@@ -3,7 +3,7 @@
 # timeout: 300
 # default: no
 #
-# HTTPS benchmark inside the guest, where the kernel has TLS (issue 4): Debian's
+# HTTPS benchmark inside the guest, where the kernel has TLS: Debian's
 # nginx with kernel TLS, linerate with kernel TLS, and linerate with user-space TLS
 # (`tls.kernel_tls = "off"`), serving the same 64 MiB file to the same wrk, in
 # alternating rounds; plus linerate over plain HTTP, the same work without any
