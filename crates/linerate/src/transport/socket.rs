@@ -75,7 +75,9 @@ pub async fn close(mut stream: TcpStream, linger: bool) {
     if !linger {
         return;
     }
-    let mut sink = [0u8; 16 * 1024];
+    // On the heap: an array here would sit inside every connection's task, lingering
+    // or not, and make each of them 16 KiB larger.
+    let mut sink = vec![0u8; 16 * 1024];
     let mut total = 0;
     let _ = tokio::time::timeout(LINGER, async {
         while total < LINGER_MAX_BYTES {
