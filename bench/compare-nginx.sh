@@ -60,28 +60,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
 # --- servers -------------------------------------------------------------
 nginx_port=$(free_port)
 nginx_tls_port=$(free_port)
-mkdir -p "$work/nginx"
-cat > "$work/nginx/nginx.conf" <<EOF
-worker_processes $workers;
-daemon off;
-master_process on;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    open_file_cache max=1000;
-    client_body_temp_path $work/nginx;
-    proxy_temp_path $work/nginx;
-    fastcgi_temp_path $work/nginx;
-    uwsgi_temp_path $work/nginx;
-    scgi_temp_path $work/nginx;
-    types { application/octet-stream bin; }
+write_nginx_conf "$work/nginx" "$workers" 16384 8192 "
     server {
         listen 127.0.0.1:$nginx_port reuseport;
         root $dir;
@@ -94,9 +73,7 @@ http {
         ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
         ssl_conf_command Options KTLS;
         root $dir;
-    }
-}
-EOF
+    }"
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
 pids+=($!)
 nginx_master=$!

@@ -92,3 +92,36 @@ wrk_row() {
                 (ds / clk) / gb, (dm / clk) / gb, r["requests"], r["errors"] + r["status"]
         }'
 }
+
+# write_nginx_conf DIR WORKERS NOFILE CONNECTIONS SERVERS: DIR/nginx.conf for a
+# benchmark nginx in the foreground: WORKERS workers that may open NOFILE files and
+# CONNECTIONS connections each, sendfile with nopush/nodelay, no access log, an open
+# file cache, temporary paths inside DIR, and the given `server { }` blocks.
+write_nginx_conf() {
+    local d=$1 workers=$2 nofile=$3 conns=$4 servers=$5
+    mkdir -p "$d"
+    cat > "$d/nginx.conf" <<NGINX
+worker_processes $workers;
+daemon off;
+master_process on;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+worker_rlimit_nofile $nofile;
+events { worker_connections $conns; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 1000000;
+    open_file_cache max=1000;
+    client_body_temp_path $d;
+    proxy_temp_path $d;
+    fastcgi_temp_path $d;
+    uwsgi_temp_path $d;
+    scgi_temp_path $d;
+    types { application/octet-stream bin; }
+$servers
+}
+NGINX
+}

@@ -89,32 +89,7 @@ start_nginx() { # protocol
     port=$(free_port)
     listen="listen 127.0.0.1:$port reuseport;"
     [ "$1" = https ] && listen="listen 127.0.0.1:$port ssl reuseport; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
-    mkdir -p "$work/nginx"
-    cat > "$work/nginx/nginx.conf" <<NGINX
-worker_processes $workers;
-daemon off;
-master_process on;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-worker_rlimit_nofile 19000;
-events { worker_connections 12000; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    keepalive_timeout 75s;
-    open_file_cache max=1000;
-    client_body_temp_path $work/nginx;
-    proxy_temp_path $work/nginx;
-    fastcgi_temp_path $work/nginx;
-    uwsgi_temp_path $work/nginx;
-    scgi_temp_path $work/nginx;
-    types { application/octet-stream bin; }
-    server { $listen root $dir; }
-}
-NGINX
+    write_nginx_conf "$work/nginx" "$workers" 19000 12000 "    server { $listen root $dir; }"
     nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
     server_pid=$!
     pids+=("$server_pid")
