@@ -1,9 +1,12 @@
 //! `linerate stat`: one line per interval saying whether the box is healthy.
 //!
 //! Like the `nstat` of the systems linerate learns from: packets and Gb/s in and
-//! out, errors, established TCP connections, CPU busy, context switches,
-//! interrupts, free memory and reclaim stalls, all from cheap kernel counters
-//! (/proc/net/dev, /proc/net/snmp, /proc/stat, /proc/meminfo, /proc/vmstat; never a
+//! out, errors, established TCP connections, TCP retransmissions and the share of
+//! time TCP spent under memory pressure (`tcp_mem`: the kernel prunes receive
+//! queues and refuses send buffer, and viewers stall on retransmission timeouts),
+//! CPU busy, context switches, interrupts, free memory and reclaim stalls, all from
+//! cheap kernel counters (/proc/net/dev, /proc/net/snmp, /proc/net/netstat,
+//! /proc/stat, /proc/meminfo, /proc/vmstat; never a
 //! walk over every socket), plus the server's own view from its admin endpoint
 //! when it answers: connections, requests/s, the kTLS share of TLS bytes, 5xx/s and
 //! the share of connections accepted across NUMA domains.
@@ -65,6 +68,11 @@ struct Row {
     /// NIC errors and drops per second, both directions.
     errors_per_sec: f64,
     tcp_established: u64,
+    /// TCP segments retransmitted per second.
+    tcp_retrans_per_sec: f64,
+    /// Share of the interval TCP spent under memory pressure (`tcp_mem`), counted
+    /// when a pressure period ends (so a long one lands in one interval, capped at 100).
+    tcp_memory_pressure_pct: f64,
     cpu_busy_pct: f64,
     context_switches_per_sec: f64,
     interrupts_per_sec: f64,
@@ -113,7 +121,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  %CPU    cs/s  intr/s GBfree stalls |  conns   req/s kTLS%  5xx/s xdom%";
+const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  rtx/s tcpmem%  %CPU    cs/s  intr/s GBfree stalls |  conns   req/s kTLS%  5xx/s xdom%";
 
 fn format_row(r: &Row) -> String {
     let clock = {
@@ -121,13 +129,15 @@ fn format_row(r: &Row) -> String {
         format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
     };
     let mut s = format!(
-        "{clock} {:6.3} {:5.3} {:6.2} {:5.2} {:5.0} {:6} {:5.1} {:7.0} {:7.0} {:6.1} {:6.0} |",
+        "{clock} {:6.3} {:5.3} {:6.2} {:5.2} {:5.0} {:6} {:6.0} {:7.1} {:5.1} {:7.0} {:7.0} {:6.1} {:6.0} |",
         r.in_mpps,
         r.out_mpps,
         r.in_gbps,
         r.out_gbps,
         r.errors_per_sec,
         r.tcp_established,
+        r.tcp_retrans_per_sec,
+        r.tcp_memory_pressure_pct,
         r.cpu_busy_pct,
         r.context_switches_per_sec,
         r.interrupts_per_sec,
@@ -177,6 +187,8 @@ fn row(prev: &(Instant, Kernel, Option<Server>), cur: &(Instant, Kernel, Option<
         out_gbps: per_sec(a.tx_bytes, b.tx_bytes) * 8.0 / 1e9,
         errors_per_sec: per_sec(a.errors, b.errors),
         tcp_established: b.tcp_established,
+        tcp_retrans_per_sec: per_sec(a.tcp_retrans_segs, b.tcp_retrans_segs),
+        tcp_memory_pressure_pct: (per_sec(a.tcp_memory_pressure_ms, b.tcp_memory_pressure_ms) / 10.0).min(100.0),
         cpu_busy_pct: if cpu_total > 0 {
             100.0 * b.cpu_busy.saturating_sub(a.cpu_busy) as f64 / cpu_total as f64
         } else {
@@ -253,6 +265,8 @@ mod tests {
             cpu_total: 2000,
             mem_available_kb: 2 * 1024 * 1024,
             tcp_established: 7,
+            tcp_retrans_segs: 500,
+            tcp_memory_pressure_ms: 500,
             ..Kernel::default()
         };
         let sa = Server { requests: 10, accepted: 4, ktls_bytes: 0, usertls_bytes: 0, ..Server::default() };
@@ -271,6 +285,8 @@ mod tests {
         assert_eq!(r.in_mpps, 1.0);
         assert_eq!(r.cpu_busy_pct, 50.0);
         assert_eq!(r.gb_free, 2.0);
+        assert_eq!(r.tcp_retrans_per_sec, 250.0);
+        assert_eq!(r.tcp_memory_pressure_pct, 25.0);
         let s = r.server.as_ref().unwrap();
         assert_eq!(s.requests_per_sec, 10.0);
         assert_eq!(s.ktls_pct, Some(75.0));

@@ -15,6 +15,12 @@ pub struct Kernel {
     /// Receive and transmit errors and drops.
     pub errors: u64,
     pub tcp_established: u64,
+    /// TCP segments retransmitted (`RetransSegs` of /proc/net/snmp).
+    pub tcp_retrans_segs: u64,
+    /// Milliseconds TCP spent under memory pressure, i.e. above `net.ipv4.tcp_mem`'s
+    /// middle value (`TCPMemoryPressuresChrono` of /proc/net/netstat, Linux 4.15+).
+    /// The kernel adds a pressure period when it ends, so a long one shows up at once.
+    pub tcp_memory_pressure_ms: u64,
     /// Jiffies busy (user, nice, system, irq, softirq, steal) and in total.
     pub cpu_busy: u64,
     pub cpu_total: u64,
@@ -33,7 +39,11 @@ impl Kernel {
         };
         let mut k = Kernel::default();
         parse_net_dev(&read("net/dev")?, ifaces, &mut k);
-        k.tcp_established = parse_snmp_tcp(&read("net/snmp")?, "CurrEstab").unwrap_or(0);
+        let snmp = read("net/snmp")?;
+        k.tcp_established = parse_proc_table(&snmp, "Tcp:", "CurrEstab").unwrap_or(0);
+        k.tcp_retrans_segs = parse_proc_table(&snmp, "Tcp:", "RetransSegs").unwrap_or(0);
+        k.tcp_memory_pressure_ms =
+            parse_proc_table(&read("net/netstat")?, "TcpExt:", "TCPMemoryPressuresChrono").unwrap_or(0);
         parse_stat(&read("stat")?, &mut k);
         k.mem_available_kb = parse_meminfo(&read("meminfo")?, "MemAvailable").unwrap_or(0);
         k.reclaim_stalls = parse_vmstat_stalls(&read("vmstat")?);
@@ -66,9 +76,10 @@ pub fn parse_net_dev(text: &str, ifaces: &[String], k: &mut Kernel) {
     }
 }
 
-/// A column of the `Tcp:` lines of `/proc/net/snmp` (a header line, then values).
-pub fn parse_snmp_tcp(text: &str, column: &str) -> Option<u64> {
-    let mut lines = text.lines().filter(|l| l.starts_with("Tcp:"));
+/// A column of the lines starting with `prefix` (e.g. `Tcp:` in /proc/net/snmp,
+/// `TcpExt:` in /proc/net/netstat): a header line, then a line of values.
+pub fn parse_proc_table(text: &str, prefix: &str, column: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
     let header = lines.next()?;
     let values = lines.next()?;
     let i = header.split_whitespace().position(|h| h == column)?;
@@ -133,7 +144,11 @@ mod tests {
     #[test]
     fn snmp_stat_meminfo_vmstat() {
         let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs\nTcp: 1 200 120000 -1 10 20 0 0 42 1000\n";
-        assert_eq!(parse_snmp_tcp(snmp, "CurrEstab"), Some(42));
+        assert_eq!(parse_proc_table(snmp, "Tcp:", "CurrEstab"), Some(42));
+        assert_eq!(parse_proc_table(snmp, "Tcp:", "InSegs"), Some(1000));
+        assert_eq!(parse_proc_table(snmp, "Tcp:", "RetransSegs"), None);
+        let netstat = "TcpExt: SyncookiesSent TCPMemoryPressures TCPMemoryPressuresChrono\nTcpExt: 0 3 1500\nIpExt: InNoRoutes\nIpExt: 0\n";
+        assert_eq!(parse_proc_table(netstat, "TcpExt:", "TCPMemoryPressuresChrono"), Some(1500));
         let mut k = Kernel::default();
         parse_stat("cpu  10 1 5 100 4 2 3 1 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\nintr 999 1 2\nctxt 777\n", &mut k);
         assert_eq!((k.cpu_busy, k.cpu_total, k.interrupts, k.context_switches), (22, 126, 999, 777));
