@@ -284,6 +284,31 @@ impl UserTls {
         Ok((self.seal_batch(batch, start, held + read), read))
     }
 
+    /// Fills up to [`RECORDS_PER_WRITE`] payload slots of `batch` from `sources`, in
+    /// order (advancing them), and seals them. Returns the batch's end.
+    fn seal_from_slices(&mut self, batch: &mut [u8], sources: &mut [&[u8]; 2]) -> Result<usize, SendError> {
+        let off = self.sealer.payload_offset();
+        let stride = MAX_PAYLOAD + self.sealer.overhead();
+        let start = self.start_batch(batch)?;
+        let mut pos = start;
+        let mut total = 0;
+        for _ in 0..RECORDS_PER_WRITE {
+            let mut filled = 0;
+            for src in sources.iter_mut() {
+                let n = src.len().min(MAX_PAYLOAD - filled);
+                batch[pos + off + filled..pos + off + filled + n].copy_from_slice(&src[..n]);
+                *src = &src[n..];
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            total += filled;
+            pos += stride;
+        }
+        Ok(self.seal_batch(batch, start, total))
+    }
+
     async fn write_out(&self, mut bytes: &[u8]) -> Result<(), SendError> {
         while !bytes.is_empty() {
             match self.stream.try_write(bytes) {
@@ -333,39 +358,20 @@ impl Transport for UserTls {
             self.held.extend_from_slice(bytes);
             return Ok(());
         }
-        self.flush_pending().await?;
         let mut held = std::mem::take(&mut self.held);
-        let mut batch = self.buffers.take();
-        let off = self.sealer.payload_offset();
-        let stride = MAX_PAYLOAD + self.sealer.overhead();
         let mut sources = [held.as_slice(), bytes];
         let result = async {
             while sources.iter().any(|s| !s.is_empty()) {
-                let start = self.start_batch(&mut batch)?;
-                let mut pos = start;
-                let mut total = 0;
-                // Fill up to RECORDS_PER_WRITE payload slots from the sources, in order.
-                for _ in 0..RECORDS_PER_WRITE {
-                    let mut filled = 0;
-                    for src in sources.iter_mut() {
-                        let n = src.len().min(MAX_PAYLOAD - filled);
-                        batch[pos + off + filled..pos + off + filled + n].copy_from_slice(&src[..n]);
-                        *src = &src[n..];
-                        filled += n;
-                    }
-                    if filled == 0 {
-                        break;
-                    }
-                    total += filled;
-                    pos += stride;
-                }
-                let end = self.seal_batch(&mut batch, start, total);
-                self.write_out(&batch[..end]).await?;
+                self.flush_pending().await?;
+                let mut batch = self.buffers.take();
+                let sealed =
+                    self.seal_from_slices(&mut batch, &mut sources).and_then(|end| self.write_now(&batch[..end]));
+                self.buffers.give(batch);
+                sealed?;
             }
-            Ok(())
+            self.flush_pending().await
         }
         .await;
-        self.buffers.give(batch);
         held.clear();
         self.held = held;
         result
