@@ -14,7 +14,8 @@
 //! - kernel quirks are written down at the call site with the kernel version.
 //!
 //! Modules: [`ktls`] (kernel TLS), [`sockdiag`] (kTLS offload state per socket),
-//! [`numa`] (memory policy, page nodes), [`tcp`] (TCP_INFO, SO_INCOMING_CPU,
+//! [`numa`] (memory policy, page nodes), [`pagecache`] (page-cache residency
+//! without blocking, fadvise), [`tcp`] (TCP_INFO, SO_INCOMING_CPU,
 //! per-socket TCP settings), [`reuseport`]
 //! (steering connections with classic BPF), [`ethtool`] (NIC
 //! coalescing, stats, features), [`clock`] (clock ticks).
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod ethtool;
 pub mod ktls;
 pub mod numa;
+pub mod pagecache;
 pub mod reuseport;
 pub mod sockdiag;
 pub mod tcp;
@@ -315,6 +317,24 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // CPU_SET within it; sched_setaffinity only reads `size_of::<cpu_set_t>()` bytes.
     unsafe {
         libc::CPU_SET(cpu, set.assume_init_mut());
+        cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_ptr()))?;
+    }
+    Ok(())
+}
+
+/// Lets the calling thread run on any of `cpus` (and no other).
+pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= max) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty CPU list or CPU number out of range"));
+    }
+    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
+    // SAFETY: the set is zero-initialised (a valid empty set) and every `cpu < max`
+    // keeps CPU_SET within it; sched_setaffinity only reads `size_of::<cpu_set_t>()` bytes.
+    unsafe {
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, set.assume_init_mut());
+        }
         cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_ptr()))?;
     }
     Ok(())
