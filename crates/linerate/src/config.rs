@@ -67,6 +67,8 @@ pub struct Config {
     pub stats: Stats,
     pub admin: Admin,
     pub numa: Numa,
+    /// Disk reads off the workers: residency checks and the fill pool.
+    pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
     pub dim: crate::tune::moderation::DimConfig,
     pub log: Log,
@@ -98,6 +100,7 @@ impl Default for Config {
             stats: Stats::default(),
             admin: Admin::default(),
             numa: Numa::default(),
+            fill: Fill::default(),
             dim: Default::default(),
             log: Log::default(),
             mime: BTreeMap::new(),
@@ -355,6 +358,44 @@ impl Default for Numa {
     }
 }
 
+/// The cold path (`[fill]`): before a body range is sent, the worker asks the
+/// page cache whether it is resident; if not, the connection waits while a fill
+/// thread reads it from disk, and the worker serves everyone else meanwhile.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Fill {
+    /// Check residency and fill off the worker. Off: bodies are sent as they are,
+    /// and a cold page blocks the worker for the disk read.
+    pub enabled: bool,
+    /// Fill threads per NUMA domain: how many disk reads run at once there.
+    pub threads: usize,
+    /// The unit of a fill, aligned in the file: requests for the same window share
+    /// one disk read.
+    pub window_bytes: u64,
+    /// How long a connection waits for a fill before it is closed.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Fills queued per disk at most; past it a demand fill fails (the connection
+    /// closes) and read-ahead is skipped.
+    pub queue_per_disk: usize,
+    /// Windows read ahead past the end of a range that needed a fill, so a viewer
+    /// reading a title in order finds its next segment resident.
+    pub readahead_windows: u64,
+}
+
+impl Default for Fill {
+    fn default() -> Self {
+        Fill {
+            enabled: true,
+            threads: 4,
+            window_bytes: 2 * 1024 * 1024,
+            timeout: Duration::from_secs(10),
+            queue_per_disk: 256,
+            readahead_windows: 1,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -549,6 +590,17 @@ impl Config {
             return bad("numa.page_sample", format!("{} is not a fraction between 0 and 1", self.numa.page_sample));
         }
         range("numa.split_domains", self.numa.split_domains, 1, 64)?;
+        let f = &self.fill;
+        range("fill.threads", f.threads, 1, 256)?;
+        range("fill.window_bytes", f.window_bytes, 64 * 1024, 64 * 1024 * 1024)?;
+        if f.window_bytes % linerate_sys::pagecache::PAGE_BYTES != 0 {
+            return bad("fill.window_bytes", "must be a multiple of 4096 (the page size)");
+        }
+        if f.timeout < Duration::from_millis(100) || f.timeout > Duration::from_secs(3600) {
+            return bad("fill.timeout", "must be between 100ms and 1h");
+        }
+        range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
+        range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }

@@ -84,6 +84,67 @@ fn histogram(
     m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(acc.0, acc.1, &buckets, None)
 }
 
+impl Workers {
+    /// The page-cache and disk families (see `admin::cold`).
+    fn encode_cold(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = super::cold::snapshot(&self.0);
+        counter(
+            e,
+            "linerate_page_cache_bytes",
+            "Body bytes by where they were when about to be sent: in the page cache (resident) or read by a fill first (filled).",
+            &[(&[("source", "resident")], c.resident_bytes), (&[("source", "filled")], c.filled_bytes)],
+        )?;
+        histogram(
+            e,
+            "linerate_fill_wait_seconds",
+            "How long connections waited for a disk fill, per window.",
+            &self.0.workers,
+            |w| &w.cold.fill_wait_seconds,
+        )?;
+        gauge(e, "linerate_fill_queue_depth", "Disk fills queued or running.", &[(vec![], c.fill_queue_depth)])?;
+        counter(e, "linerate_fill_readahead", "Read-ahead fills queued.", &[(&[], c.readahead_fills)])?;
+        type Pick = fn(&super::cold::Device) -> u64;
+        let per_device: [(&str, &str, Pick); 6] = [
+            ("linerate_fills", "Disk fills done, by device.", |d| d.fills),
+            ("linerate_fill_bytes", "Bytes brought into the page cache by fills, by device.", |d| d.fill_bytes),
+            ("linerate_fill_errors", "Fills that failed (EIO...), by device.", |d| d.fill_errors),
+            ("linerate_fill_timeouts", "Connection waits that passed fill.timeout, by device.", |d| d.fill_timeouts),
+            ("linerate_fill_overloads", "Demand fills refused because the device's queue was full.", |d| {
+                d.fill_overloads
+            }),
+            ("linerate_disk_read_bytes", "Bytes read from each disk (/proc/diskstats), by anyone.", |d| d.read_bytes),
+        ];
+        for (name, help, pick) in per_device {
+            let labels: Vec<[(&str, &str); 1]> = c.devices.iter().map(|d| [("device", d.device.as_str())]).collect();
+            let samples: Vec<(&[(&str, &str)], u64)> =
+                c.devices.iter().zip(&labels).map(|(d, l)| (&l[..], pick(d))).collect();
+            counter(e, name, help, &samples)?;
+        }
+        let m = &c.memory;
+        let mut f = e.encode_descriptor(
+            "linerate_memory_pressure_seconds",
+            "Time in which some (or all non-idle) tasks waited for memory (/proc/pressure/memory).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, us) in [("some", m.pressure_some_us), ("full", m.pressure_full_us)] {
+            f.encode_family(&[("kind", kind)])?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&(us as f64 / 1e6), None)?;
+        }
+        counter(
+            e,
+            "linerate_memory_direct_reclaim",
+            "Direct reclaim in the kernel (/proc/vmstat): stalls, pages scanned, pages reclaimed.",
+            &[
+                (&[("counter", "allocstall")], m.allocstall),
+                (&[("counter", "pgscan_direct")], m.pgscan_direct),
+                (&[("counter", "pgsteal_direct")], m.pgsteal_direct),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
 impl Collector for Workers {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &*self.0;
@@ -197,6 +258,8 @@ impl Collector for Workers {
             ws,
             |w| &w.tcp.total_retransmits,
         )?;
+
+        self.encode_cold(&mut e)?;
 
         let cpu: Vec<(Vec<(&str, String)>, f64)> = ws
             .iter()

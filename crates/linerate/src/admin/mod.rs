@@ -12,6 +12,7 @@
 //!   connects and sends nothing for 200 ms (HAProxy's `agent-check` without
 //!   `agent-send`) gets the same line on the bare TCP connection.
 
+mod cold;
 mod metrics;
 mod status;
 
@@ -42,6 +43,8 @@ pub struct AdminState {
     pub capacity_connections: u64,
     /// Gb/s at which /load reports no spare capacity (0: not used).
     pub capacity_gbps: f64,
+    /// The fill pool, for its queue and per-device counters.
+    pub fill: Option<Arc<crate::server::fill::FillPool>>,
 }
 
 impl AdminState {
@@ -238,6 +241,7 @@ mod tests {
             steering: "reuseport-hash",
             capacity_connections: capacity,
             capacity_gbps: gbps_cap,
+            fill: None,
         }
     }
 

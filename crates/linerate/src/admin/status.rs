@@ -18,6 +18,8 @@ struct Status<'a> {
     gbps: f64,
     load: String,
     totals: Numbers,
+    /// Page-cache hits, fills, disks and memory pressure.
+    cold: super::cold::Cold,
     workers: Vec<Worker>,
 }
 
@@ -45,7 +47,8 @@ struct Numbers {
     page_sampled_bytes: u64,
     remote_page_bytes: u64,
     crossing_bytes: u64,
-    readahead_requests: u64,
+    body_resident_bytes: u64,
+    body_filled_bytes: u64,
     requests: u64,
     responses_2xx: u64,
     responses_3xx: u64,
@@ -64,6 +67,7 @@ struct Numbers {
     errors_bad_request: u64,
     errors_accept: u64,
     errors_truncated: u64,
+    errors_disk: u64,
 }
 
 impl Numbers {
@@ -77,7 +81,8 @@ impl Numbers {
         self.page_sampled_bytes += w.page_sampled_bytes.get();
         self.remote_page_bytes += w.remote_page_bytes.get();
         self.crossing_bytes += w.crossing_bytes.get();
-        self.readahead_requests += w.readahead_requests.get();
+        self.body_resident_bytes += w.cold.resident_bytes.get();
+        self.body_filled_bytes += w.cold.filled_bytes.get();
         self.requests += w.requests();
         self.responses_2xx += w.responses_in_class(2);
         self.responses_3xx += w.responses_in_class(3);
@@ -96,6 +101,7 @@ impl Numbers {
         self.errors_bad_request += w.errors_of(ErrorKind::BadRequest);
         self.errors_accept += w.errors_of(ErrorKind::Accept);
         self.errors_truncated += w.errors_of(ErrorKind::Truncated);
+        self.errors_disk += w.errors_of(ErrorKind::Disk);
     }
 }
 
@@ -128,6 +134,7 @@ pub fn json(state: &AdminState, gbps: f64) -> String {
         gbps,
         load: state.load_line(gbps),
         totals,
+        cold: super::cold::snapshot(state),
         workers,
     };
     serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"

@@ -30,6 +30,7 @@ use linerate_http::response::HeadWriter;
 use linerate_http::{Method, Request, RequestError, Status, Version};
 
 use super::files::{Lookup, LookupError, OpenFile};
+use super::residency;
 use super::settings::Settings;
 use super::worker::Worker;
 use crate::stats::tcp_info::Sampler;
@@ -183,6 +184,7 @@ impl<T: Transport> Conn<'_, T> {
                     let kind = match e {
                         SendError::Timeout => ErrorKind::Timeout,
                         SendError::Truncated => ErrorKind::Truncated,
+                        SendError::Fill(_) => ErrorKind::Disk,
                         SendError::Io(_) => ErrorKind::Reset,
                     };
                     if kind == ErrorKind::Truncated {
@@ -380,18 +382,11 @@ impl<T: Transport> Conn<'_, T> {
         if self.req.method == Method::Head {
             return self.io.write_all(&self.head, false).await;
         }
-        if let (Some(ra), Body::Range(r)) = (&self.worker.readahead, &plan.body) {
-            if let Some(node) = ra.node_of(file.stat.dev) {
-                if ra.fill(node, &file.file, r.first, r.len_bytes()).await {
-                    self.worker.counters.readahead_requests.add(1);
-                }
-            }
-        }
         let sent = match &plan.body {
             Body::Empty => self.io.write_all(&self.head, false).await,
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
-                self.io.send_file(&file.file, r.first, r.len_bytes()).await
+                self.send_range(file, r.first, r.len_bytes()).await
             }
             Body::Multipart(mp) => {
                 for (i, r) in mp.ranges.iter().enumerate() {
@@ -404,7 +399,7 @@ impl<T: Transport> Conn<'_, T> {
                         self.io.write_all(&self.scratch, true).await?;
                     }
                     self.count_memory_body(self.scratch.len());
-                    self.io.send_file(&file.file, r.first, r.len_bytes()).await?;
+                    self.send_range(file, r.first, r.len_bytes()).await?;
                 }
                 mp.write_closing(&mut self.scratch);
                 self.io.write_all(&self.scratch, false).await?;
@@ -418,6 +413,52 @@ impl<T: Transport> Conn<'_, T> {
             }
         }
         sent
+    }
+
+    /// Sends `len` bytes of `file` at `offset`, never letting the worker wait for
+    /// the disk: a range that is all in the page cache goes out at once (one
+    /// residency check, then the transport); otherwise it goes window by window,
+    /// this connection parking on a fill for each window that is missing while
+    /// the next one is read ahead (see `server::fill`).
+    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64) -> Result<(), SendError> {
+        let counters = &self.worker.counters;
+        let Some(pool) = self.worker.fill.as_ref() else {
+            return self.io.send_file(&file.file, offset, len).await;
+        };
+        let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
+        let ready = |at: u64, n: u64| residency::is_resident(&file.file, at, n) && !pool.is_filling(id, at, n);
+        if ready(offset, len) {
+            counters.cold.resident_bytes.add(len);
+            return self.io.send_file(&file.file, offset, len).await;
+        }
+        let domain = counters.domain;
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let upto = ((at / window + 1) * window).min(end);
+            if ready(at, upto - at) {
+                counters.cold.resident_bytes.add(upto - at);
+            } else {
+                if upto < end {
+                    pool.read_ahead(domain, &file.file, id, upto, size);
+                }
+                let started = Instant::now();
+                let filled = pool.fill(domain, &file.file, id, at, size).await;
+                counters.cold.fill_wait_seconds.observe(started.elapsed().as_secs_f64());
+                if let Err(e) = filled {
+                    tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "{e}");
+                    return Err(SendError::Fill(e));
+                }
+                counters.cold.filled_bytes.add(upto - at);
+            }
+            self.io.send_file(&file.file, at, upto - at).await?;
+            at = upto;
+        }
+        // A cold title is likely read on: have its next windows ready.
+        for k in 0..pool.readahead_windows() {
+            pool.read_ahead(domain, &file.file, id, end + k * window, size);
+        }
+        Ok(())
     }
 
     /// Where the pages just sent sat: counts the bytes from another node's pages,

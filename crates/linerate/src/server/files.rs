@@ -107,6 +107,12 @@ impl FileCache {
             FileKind::Regular => {}
         }
         linerate_sys::set_blocking(file.as_fd())?;
+        if settings.config.fill.enabled {
+            // The fill pool does all disk reading for this file: no kernel
+            // read-ahead from the worker's sends, whose pages in flight would look
+            // resident to `cachestat` and make a later send wait (server::fill).
+            let _ = linerate_sys::pagecache::fadvise(file.as_fd(), 0, 0, linerate_sys::pagecache::Advice::Random);
+        }
         let entry =
             Rc::new(OpenFile { etag: etag(&stat), file, stat, checked_at: std::cell::Cell::new(Instant::now()) });
         if self.enabled {

@@ -16,8 +16,9 @@
 
 mod conn;
 mod files;
+pub mod fill;
 mod listener;
-mod readahead;
+mod residency;
 pub mod settings;
 pub mod steering;
 mod worker;
@@ -93,9 +94,9 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         plan.domains.len()
     );
     let cpu_domains = Arc::new(plan.cpu_domains());
-    let readahead = match settings.config.numa.placement {
-        crate::config::Placement::Disk => Some(Arc::new(readahead::Readahead::start(&topology, &plan)?)),
-        crate::config::Placement::Network => None,
+    let fill = match settings.config.fill.enabled {
+        true => Some(fill::FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?),
+        false => None,
     };
     let admin_listener = match settings.config.admin.enabled {
         true => Some(admin::bind(settings.config.admin.listen)?),
@@ -125,7 +126,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             index,
             cpu: Some(slot.cpu as usize),
             cpu_domains: cpu_domains.clone(),
-            readahead: readahead.clone(),
+            fill: fill.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),
@@ -159,6 +160,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             n => n,
         },
         capacity_gbps: settings.config.admin.capacity_gbps,
+        fill: fill.clone(),
     });
     let admin_bound = match admin_listener {
         Some(l) => {

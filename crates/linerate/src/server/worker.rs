@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 
 use super::conn;
 use super::files::FileCache;
-use super::readahead::Readahead;
+use super::fill::FillPool;
 use super::settings::Settings;
 use crate::stats::tcp_info::{Chooser, Sampler};
 use crate::stats::{ErrorKind, WorkerCounters};
@@ -59,8 +59,8 @@ pub struct Worker {
     chooser: RefCell<Chooser>,
     /// Silo of each CPU, when there is more than one.
     cpu_domains: Option<Arc<Vec<Option<usize>>>>,
-    /// Disk-node read-ahead helpers (disk-centric placement).
-    pub readahead: Option<Arc<Readahead>>,
+    /// The fill pool, when `fill.enabled`: cold ranges are read there.
+    pub fill: Option<Arc<FillPool>>,
     /// Picks the responses whose page-cache nodes are sampled.
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
@@ -106,7 +106,7 @@ pub struct Launch {
     pub control: mpsc::UnboundedReceiver<Control>,
     /// Silo of each CPU (index = CPU), for counting cross-domain connections.
     pub cpu_domains: Arc<Vec<Option<usize>>>,
-    pub readahead: Option<Arc<Readahead>>,
+    pub fill: Option<Arc<FillPool>>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -123,8 +123,7 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, readahead } =
-        launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill } = launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
@@ -151,7 +150,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         record_buffers,
         chooser: RefCell::new(chooser),
         cpu_domains: multi_domain.then_some(cpu_domains),
-        readahead,
+        fill,
         page_chooser,
         debug_field,
         shutting_down: Cell::new(false),

@@ -11,7 +11,7 @@
 //! when it answers: connections, requests/s, the kTLS share of TLS bytes, 5xx/s and
 //! the share of connections accepted across NUMA domains.
 
-mod procfs;
+pub mod procfs;
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};

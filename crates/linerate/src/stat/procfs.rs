@@ -29,6 +29,11 @@ pub struct Kernel {
     pub mem_available_kb: u64,
     /// Direct-reclaim stalls (`allocstall_*` of /proc/vmstat).
     pub reclaim_stalls: u64,
+    /// Bytes read from whole disks (`/proc/diskstats`, partitions left out).
+    pub disk_read_bytes: u64,
+    /// Microseconds in which some task waited for memory (`/proc/pressure/memory`,
+    /// Linux 4.20+ with PSI; 0 without).
+    pub memory_pressure_some_us: u64,
 }
 
 impl Kernel {
@@ -46,7 +51,10 @@ impl Kernel {
             parse_proc_table(&read("net/netstat")?, "TcpExt:", "TCPMemoryPressuresChrono").unwrap_or(0);
         parse_stat(&read("stat")?, &mut k);
         k.mem_available_kb = parse_meminfo(&read("meminfo")?, "MemAvailable").unwrap_or(0);
-        k.reclaim_stalls = parse_vmstat_stalls(&read("vmstat")?);
+        let vmstat = read("vmstat")?;
+        k.reclaim_stalls = parse_vmstat_stalls(&vmstat);
+        k.disk_read_bytes = disk_reads(proc_root).iter().map(|d| d.1).sum();
+        k.memory_pressure_some_us = memory_pressure(proc_root).some_us;
         Ok(k)
     }
 }
@@ -121,6 +129,57 @@ pub fn parse_vmstat_stalls(text: &str) -> u64 {
         .sum()
 }
 
+/// The value of one `name value` line of `/proc/vmstat`.
+pub fn parse_vmstat(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// Bytes read per whole disk, from `/proc/diskstats` (sectors are 512 bytes
+/// there whatever the device's own sector size). A disk is a device that has a
+/// `/sys/block/NAME` entry; partitions and devices that read nothing are left out.
+pub fn disk_reads(proc_root: &Path) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(proc_root.join("diskstats")).unwrap_or_default();
+    parse_diskstats(&text, |name| Path::new("/sys/block").join(name).exists())
+}
+
+pub fn parse_diskstats(text: &str, is_disk: impl Fn(&str) -> bool) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = *f.get(2)?;
+            let sectors: u64 = f.get(5)?.parse().ok()?;
+            (sectors > 0 && is_disk(name)).then(|| (name.to_string(), sectors * 512))
+        })
+        .collect()
+}
+
+/// Memory pressure stall information: total microseconds in which some (or all
+/// non-idle) tasks waited for memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPressure {
+    pub some_us: u64,
+    pub full_us: u64,
+}
+
+pub fn memory_pressure(proc_root: &Path) -> MemoryPressure {
+    parse_pressure(&std::fs::read_to_string(proc_root.join("pressure/memory")).unwrap_or_default())
+}
+
+/// `/proc/pressure/memory`: `some avg10=0.00 avg60=0.00 avg300=0.00 total=123`.
+pub fn parse_pressure(text: &str) -> MemoryPressure {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))
+            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    MemoryPressure { some_us: total("some "), full_us: total("full ") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +213,17 @@ mod tests {
         assert_eq!((k.cpu_busy, k.cpu_total, k.interrupts, k.context_switches), (22, 126, 999, 777));
         assert_eq!(parse_meminfo("MemTotal: 10 kB\nMemAvailable:    2048 kB\n", "MemAvailable"), Some(2048));
         assert_eq!(parse_vmstat_stalls("allocstall_dma 1\nallocstall_normal 5\npgfault 100\n"), 6);
+    }
+
+    #[test]
+    fn diskstats_pressure_vmstat_keys() {
+        let ds = " 254       0 vda 100 0 2048 50 0 0 0 0 0 0 0\n 254       1 vda1 90 0 2000 40 0 0 0 0 0 0 0\n 7 0 loop0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse_diskstats(ds, |n| !n.ends_with('1')), vec![("vda".to_string(), 2048 * 512)]);
+        let psi =
+            "some avg10=1.50 avg60=0.00 avg300=0.00 total=4000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1000\n";
+        assert_eq!(parse_pressure(psi), MemoryPressure { some_us: 4000, full_us: 1000 });
+        assert_eq!(parse_pressure(""), MemoryPressure::default());
+        assert_eq!(parse_vmstat("pgscan_direct 12\npgscan_direct_throttle 3\n", "pgscan_direct"), Some(12));
     }
 
     #[test]

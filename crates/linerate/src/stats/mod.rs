@@ -128,11 +128,19 @@ pub enum ErrorKind {
     Accept,
     /// A file shrank while being sent.
     Truncated,
+    /// A disk read a response needed failed, timed out or was refused (queue full).
+    Disk,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 5] =
-        [ErrorKind::Timeout, ErrorKind::Reset, ErrorKind::BadRequest, ErrorKind::Accept, ErrorKind::Truncated];
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::BadRequest,
+        ErrorKind::Accept,
+        ErrorKind::Truncated,
+        ErrorKind::Disk,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -141,6 +149,7 @@ impl ErrorKind {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::Accept => "accept",
             ErrorKind::Truncated => "truncated",
+            ErrorKind::Disk => "disk",
         }
     }
 }
@@ -178,6 +187,8 @@ pub mod buckets {
         &[1e6, 2.5e6, 5e6, 1e7, 2.5e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 1e10, 2.5e10, 1e11];
     /// Segments, for the congestion window.
     pub const SEGMENTS: &[f64] = &[4.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0];
+    /// Seconds, for disk fills (a window read from disk: milliseconds to seconds).
+    pub const FILL_SECONDS: &[f64] = &[0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
     /// Counts, for retransmissions per connection.
     pub const COUNTS: &[f64] = &[0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0];
 }
@@ -212,6 +223,27 @@ impl Default for TcpHistograms {
     }
 }
 
+/// The page-cache view of the bytes served (see `server::fill`).
+#[derive(Debug)]
+pub struct ColdCounters {
+    /// Body bytes found in the page cache when they were about to be sent.
+    pub resident_bytes: Counter,
+    /// Body bytes that had to be read from disk by a fill first.
+    pub filled_bytes: Counter,
+    /// How long connections waited for fills (one observation per window).
+    pub fill_wait_seconds: Histogram,
+}
+
+impl Default for ColdCounters {
+    fn default() -> Self {
+        ColdCounters {
+            resident_bytes: Counter::default(),
+            filled_bytes: Counter::default(),
+            fill_wait_seconds: Histogram::new(buckets::FILL_SECONDS),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 #[repr(align(128))] // whole cache lines: no false sharing with the next worker's counters
 pub struct WorkerCounters {
@@ -234,7 +266,7 @@ pub struct WorkerCounters {
     pub body_bytes: [Counter; 3],
     pub head_bytes: Counter,
     /// Errors, indexed like [`ErrorKind::ALL`].
-    pub errors: [Counter; 5],
+    pub errors: [Counter; ErrorKind::ALL.len()],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
     /// Connections whose records the kernel protects (kTLS).
@@ -253,8 +285,7 @@ pub struct WorkerCounters {
     /// Of those, bytes times the domain crossings they made on their way out: from
     /// a page on another node, and through a connection accepted from another domain.
     pub crossing_bytes: Counter,
-    /// Ranges read ahead by a disk-node helper (disk-centric placement).
-    pub readahead_requests: Counter,
+    pub cold: ColdCounters,
     pub tcp: TcpHistograms,
 }
 

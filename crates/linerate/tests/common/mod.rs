@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod cold;
 pub mod tls;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");

@@ -1,0 +1,102 @@
+//! "Is this range in the page cache?", asked before a worker sends it.
+//!
+//! The answer decides whether a body range goes to `sendfile`/`preadv` at once or
+//! waits for a fill (see [`super::fill`]). It must never block and must be cheap:
+//! it runs once per response on the hot path.
+//!
+//! Two ways, chosen per call (measurements in docs/PERFORMANCE.md):
+//! 1. `cachestat(2)` (Linux 6.5+): one syscall for the whole range, exact. Refused
+//!    (`EPERM`, Linux 6.14+) on files the server neither owns nor may write, unless
+//!    it has `CAP_FOWNER`.
+//! 2. Otherwise a one-byte `preadv2(RWF_NOWAIT)` at every [`SAMPLE_STRIDE_BYTES`]
+//!    of the range (and its last byte): never refused, never wrong about a page it
+//!    reads, but it can miss a hole between two samples; such a hole costs a short
+//!    blocking read inside `sendfile`, nothing worse.
+//!
+//! `mincore` is not used: on files the process does not own or may not write, the
+//! kernel reports every page resident, which would silently defeat the check.
+//! Once `cachestat` answers `ENOSYS` the process stops trying it; `EPERM` is per
+//! file, so it is retried, and reported once.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use linerate_sys::pagecache;
+
+/// Distance between two sampled bytes when `cachestat` cannot be used. The
+/// kernel reads ahead in 128 KiB steps by default and evicts in LRU order, so
+/// holes smaller than this are rare.
+pub const SAMPLE_STRIDE_BYTES: u64 = 128 * 1024;
+
+static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
+static REFUSED_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Whether all of `len` bytes of `file` at `offset` are in the page cache. The
+/// range must lie within the file as it was planned; `len` 0 is resident.
+pub fn is_resident(file: &File, offset: u64, len: u64) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let fd = file.as_fd();
+    if !NO_CACHESTAT.load(Ordering::Relaxed) {
+        match pagecache::cached_pages(fd, offset, len) {
+            Ok(n) => return n >= pagecache::pages_spanned(offset, len),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                tracing::info!(
+                    "page-cache residency: no cachestat(2) (Linux < 6.5); sampling with preadv2(RWF_NOWAIT)"
+                );
+                NO_CACHESTAT.store(true, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if !REFUSED_LOGGED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "page-cache residency: cachestat(2) refused ({e}); the server needs to own the content \
+                         files or have CAP_FOWNER for an exact check; sampling with preadv2(RWF_NOWAIT) instead"
+                    );
+                }
+            }
+        }
+    }
+    sampled(file, offset, len)
+}
+
+fn sampled(file: &File, offset: u64, len: u64) -> bool {
+    let end = offset + len;
+    let mut at = offset;
+    while at < end {
+        match pagecache::probe_nowait(file.as_fd(), at) {
+            Ok(true) => {}
+            Ok(false) => return false,
+            // A read error will show again when the range is sent or filled.
+            Err(_) => return true,
+        }
+        at = (at / SAMPLE_STRIDE_BYTES + 1) * SAMPLE_STRIDE_BYTES;
+    }
+    matches!(pagecache::probe_nowait(file.as_fd(), end - 1), Ok(true) | Err(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn written_file_is_resident_and_evicted_one_is_not() {
+        let dir = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
+        let path = dir.path().join("f");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![1u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let file = File::open(&path).unwrap();
+        assert!(is_resident(&file, 0, 1 << 20));
+        assert!(sampled(&file, 100, 900_000));
+        pagecache::fadvise(file.as_fd(), 512 * 1024, 0, pagecache::Advice::DontNeed).unwrap();
+        if pagecache::cached_pages(file.as_fd(), 0, 1 << 20).is_ok_and(|n| n == 128) {
+            // Evicted the second half: the first is still resident, the whole is not.
+            assert!(is_resident(&file, 0, 512 * 1024));
+            assert!(!is_resident(&file, 0, 1 << 20));
+            assert!(!is_resident(&file, 600_000, 10));
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The cold catalogue: content that is not in the page cache must never make a
+//! worker wait for the disk. Reads are slowed with a blkio cgroup (cgroup v1,
+//! root), and pages are evicted with POSIX_FADV_DONTNEED, so these tests need a
+//! real disk under the repository (not tmpfs).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::cold::{content_on_disk, evict, warm, FaultyFs, Throttle};
+use common::tls::TestCa;
+use common::{pseudo_random, ConfigFile, Server};
+
+const HOT_BYTES: usize = 256 * 1024;
+const COLD_BYTES: usize = 24 << 20;
+/// The cold range: 4 MiB at 2 MiB/s, so at least two seconds of disk reading.
+const COLD_RANGE: &str = "0-4194303";
+const DISK_BYTES_PER_SEC: u64 = 2 << 20;
+
+/// Starts the server inside `throttle`'s cgroup with one worker.
+fn start_throttled(throttle: &Throttle, root: &Path, extra: &[&str]) -> Server {
+    let wrapper = throttle.wrapper();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let mut args = vec!["--root", root.to_str().unwrap(), "--workers", "1"];
+    args.extend_from_slice(extra);
+    Server::start_wrapped(&wrapper, &args)
+}
+
+/// One keep-alive connection that fetches the hot file and times each response.
+trait HotClient {
+    fn timed_get(&mut self) -> Duration;
+}
+
+fn timed_get_on<S: Read + Write>(s: &mut S) -> Duration {
+    let started = Instant::now();
+    s.write_all(b"GET /hot.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut got = Vec::with_capacity(HOT_BYTES + 512);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = s.read(&mut buf).expect("hot read");
+        assert!(n > 0, "server closed the hot connection");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got[..end]));
+            if got.len() >= end + 4 + HOT_BYTES {
+                return started.elapsed();
+            }
+        }
+    }
+}
+
+impl HotClient for std::net::TcpStream {
+    fn timed_get(&mut self) -> Duration {
+        timed_get_on(self)
+    }
+}
+
+impl HotClient for rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    fn timed_get(&mut self) -> Duration {
+        timed_get_on(self)
+    }
+}
+
+struct StallRun {
+    idle_max: Duration,
+    busy_max: Duration,
+    busy_samples: usize,
+    cold_took: Duration,
+}
+
+/// Times hot requests while idle, then while `cold` fetches a cold range.
+fn measure_stall(hot: &mut dyn HotClient, cold: impl FnOnce() + Send + 'static) -> StallRun {
+    let idle: Vec<Duration> = (0..20)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            hot.timed_get()
+        })
+        .collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let started = Instant::now();
+    let t = std::thread::spawn(move || {
+        cold();
+        flag.store(true, Ordering::SeqCst);
+    });
+    // Let the cold request reach the server first.
+    std::thread::sleep(Duration::from_millis(150));
+    let mut busy = Vec::new();
+    while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
+        busy.push(hot.timed_get());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.join().unwrap();
+    StallRun {
+        idle_max: idle.iter().max().copied().unwrap(),
+        busy_max: busy.iter().max().copied().unwrap_or_default(),
+        busy_samples: busy.len(),
+        cold_took: started.elapsed(),
+    }
+}
+
+fn curl_cold(url: String, ca: Option<String>) -> impl FnOnce() + Send + 'static {
+    move || {
+        let mut args = vec!["-sS", "-o", "/dev/null", "-r", COLD_RANGE, "--max-time", "60"];
+        if let Some(ca) = &ca {
+            args.extend(["--cacert", ca.as_str()]);
+        }
+        args.push(&url);
+        let out = common::curl(&args);
+        assert!(out.status.success(), "cold fetch failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = content_on_disk();
+    std::fs::write(dir.path().join("hot.bin"), pseudo_random(HOT_BYTES, 1)).unwrap();
+    let cold = dir.path().join("cold.bin");
+    std::fs::write(&cold, pseudo_random(COLD_BYTES, 2)).unwrap();
+    evict(&cold);
+    (dir, cold)
+}
+
+fn check_no_stall(run: &StallRun, what: &str) {
+    eprintln!(
+        "{what}: hot max idle {:?}, hot max during the cold read {:?} ({} samples), cold read took {:?}",
+        run.idle_max, run.busy_max, run.busy_samples, run.cold_took
+    );
+    assert!(
+        run.cold_took >= Duration::from_millis(1500),
+        "the cold read took {:?}: the disk was not slow or the file not cold, so this run proves nothing",
+        run.cold_took
+    );
+    assert!(run.busy_samples >= 20, "too few hot samples: {}", run.busy_samples);
+    let bound = run.idle_max + Duration::from_millis(30);
+    assert!(
+        run.busy_max <= bound,
+        "{what}: a hot request took {:?} while a cold range was read (idle max {:?})",
+        run.busy_max,
+        run.idle_max
+    );
+}
+
+#[test]
+fn hot_requests_do_not_wait_for_a_cold_read_plain() {
+    let (dir, _cold) = setup();
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let server = start_throttled(&throttle, dir.path(), &[]);
+    let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
+    hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    check_no_stall(&run, "plain");
+    assert!(throttle.read_bytes() >= 4 << 20, "the cold range was not read from the throttled disk");
+}
+
+#[test]
+fn hot_requests_do_not_wait_for_a_cold_read_https() {
+    let (dir, _cold) = setup();
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let ca = TestCa::new();
+    let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
+    let server = start_throttled(
+        &throttle,
+        dir.path(),
+        &["--tls-listen", "127.0.0.1:0", "--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()],
+    );
+    let addr = server.tls_addrs[0];
+    let mut hot = common::tls::connect(addr, "localhost", Path::new(ca.ca_arg()));
+    let url = format!("https://localhost:{}/cold.bin", addr.port());
+    let run = measure_stall(&mut hot, curl_cold(url, Some(ca.ca_arg().to_string())));
+    check_no_stall(&run, "https");
+}
+
+/// The control: with the fill pool off, the same cold read does stall the worker.
+/// This is what the two tests above guard against, and it shows they can fail.
+#[test]
+fn cold_read_blocks_the_worker_when_fill_is_off() {
+    let (dir, _cold) = setup();
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let config = ConfigFile::new("[fill]\nenabled = false\n");
+    let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
+    let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
+    hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    eprintln!("fill off: hot max during the cold read {:?}", run.busy_max);
+    assert!(run.busy_max >= Duration::from_millis(500), "expected a stall without the fill pool: {:?}", run.busy_max);
+}
+
+/// Sum of every sample of `name` (all label sets) in the server's /metrics.
+fn metric_sum(server: &Server, name: &str) -> f64 {
+    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of the sample `series` (name and labels, as written) in /metrics.
+fn metric_value(server: &Server, series: &str) -> f64 {
+    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
+    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+}
+
+/// The parts of a multipart/byteranges body: (first, last, bytes).
+fn multipart_parts(body: &[u8]) -> Vec<(usize, usize, Vec<u8>)> {
+    let mut parts = Vec::new();
+    let mut rest = body;
+    while let Some(at) = rest.windows(21).position(|w| w.eq_ignore_ascii_case(b"content-range: bytes ")) {
+        rest = &rest[at + 21..];
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let spec = std::str::from_utf8(&rest[..line_end]).unwrap();
+        let (range, _) = spec.split_once('/').unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        let head_end = rest.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        parts.push((a, b, rest[head_end..head_end + (b - a + 1)].to_vec()));
+        rest = &rest[head_end + (b - a + 1)..];
+    }
+    parts
+}
+
+/// Bodies are exact when their pages come from disk, on plain HTTP and over TLS
+/// (user-space TLS on kernels without kTLS), for single ranges spanning resident
+/// and cold pages, multipart ranges mixing both, and whole files.
+#[test]
+fn cold_ranges_are_exact_on_every_transport() {
+    const LEN: usize = 10 << 20;
+    let dir = content_on_disk();
+    let path = dir.path().join("title.bin");
+    let data = pseudo_random(LEN, 3);
+    std::fs::write(&path, &data).unwrap();
+    let ca = TestCa::new();
+    let server = common::tls::start_server(&ca, dir.path(), &[]);
+    let tls = format!("https://localhost:{}/title.bin", server.tls_addrs[0].port());
+    for (name, url) in [("plain", server.url("/title.bin")), ("tls", tls)] {
+        let fetch = |range: Option<&str>| {
+            evict(&path);
+            warm(&path, 3 << 20, 2 << 20);
+            let mut args = vec!["-sS", "--cacert", ca.ca_arg(), "--max-time", "60"];
+            if let Some(r) = range {
+                args.extend(["-r", r]);
+            }
+            args.push(&url);
+            let out = common::curl(&args);
+            assert!(out.status.success(), "{name} {range:?}: {}", String::from_utf8_lossy(&out.stderr));
+            out.stdout
+        };
+        assert!(fetch(None) == data, "{name}: whole file differs");
+        assert!(fetch(Some("1000-7000000")) == data[1000..=7_000_000], "{name}: single range differs");
+        let multi = fetch(Some("0-99,3145700-3145800,6000000-6100000,10485000-"));
+        let parts = multipart_parts(&multi);
+        assert_eq!(parts.len(), 4, "{name}: parts of the multipart answer");
+        for (a, b, bytes) in parts {
+            assert!(bytes == data[a..=b], "{name}: part {a}-{b} differs");
+        }
+    }
+    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
+    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
+    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 0.0);
+}
+
+/// Fifty viewers asking for the same cold range at once cause one fill, and the
+/// disk reads the range once.
+#[test]
+fn concurrent_requests_for_a_cold_range_share_one_disk_read() {
+    let dir = content_on_disk();
+    let path = dir.path().join("episode.bin");
+    let data = pseudo_random(8 << 20, 4);
+    std::fs::write(&path, &data).unwrap();
+    evict(&path);
+    let throttle = Throttle::new(dir.path(), 4 << 20);
+    let config = ConfigFile::new("[fill]\nreadahead_windows = 0\n");
+    let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
+    let url = server.url("/episode.bin");
+    let clients: Vec<_> = (0..50)
+        .map(|_| {
+            std::process::Command::new("curl")
+                .args(["-sS", "-r", "0-2097151", "--max-time", "30", &url])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout == data[..2 << 20], "a viewer got wrong bytes");
+    }
+    assert_eq!(metric_sum(&server, "linerate_fills_total"), 1.0, "one fill for fifty viewers");
+    assert_eq!(metric_sum(&server, "linerate_fill_bytes_total"), (2 << 20) as f64);
+    let read = throttle.read_bytes();
+    assert!((2 << 20..3 << 20).contains(&read), "the disk read {read} bytes for one 2 MiB range");
+}
+
+fn count_lines(server: &Server, needle: &str) -> usize {
+    server.stderr().lines().filter(|l| l.contains(needle)).count()
+}
+
+/// A fill that fails (EIO from the disk) or is late (past `fill.timeout`) ends
+/// only the connections waiting on it: the worker goes on serving, the failure
+/// is counted per device and logged once per device.
+#[test]
+fn failed_and_late_fills_end_only_their_connections() {
+    let src = content_on_disk();
+    let mnt = content_on_disk();
+    let good = pseudo_random(256 * 1024, 5);
+    std::fs::write(src.path().join("good.bin"), &good).unwrap();
+    std::fs::write(src.path().join("eio.bin"), pseudo_random(4 << 20, 6)).unwrap();
+    std::fs::write(src.path().join("slow.bin"), pseudo_random(4 << 20, 7)).unwrap();
+    let fs = FaultyFs::mount(src.path(), mnt.path());
+    let config = ConfigFile::new("[fill]\ntimeout = \"1s\"\n");
+    let server =
+        Server::start(&["--root", fs.mountpoint.to_str().unwrap(), "--workers", "1", "--config", config.arg()]);
+    let mut keep = std::net::TcpStream::connect(server.addr()).unwrap();
+    keep.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let get_good = |s: &mut std::net::TcpStream| {
+        s.write_all(b"GET /good.bin HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.windows(4).position(|w| w == b"\r\n\r\n").is_none_or(|h| got.len() < h + 4 + good.len()) {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "keep-alive connection closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let h = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        assert!(got[h + 4..] == good[..], "good.bin differs");
+    };
+    get_good(&mut keep);
+
+    for path in ["/eio.bin", "/slow.bin"] {
+        for _ in 0..2 {
+            let started = Instant::now();
+            let out =
+                common::curl(&["-sS", "-o", "/dev/null", "-r", "0-2097151", "--max-time", "20", &server.url(path)]);
+            assert!(!out.status.success(), "{path}: a body that cannot be read was reported complete");
+            assert!(started.elapsed() < Duration::from_secs(4), "{path}: took {:?}", started.elapsed());
+            get_good(&mut keep);
+        }
+    }
+    assert!(common::curl(&["-sS", "-o", "/dev/null", "-f", &server.url("/good.bin")]).status.success());
+    assert!(metric_sum(&server, "linerate_fill_errors_total") >= 2.0, "EIO fills counted");
+    assert!(metric_sum(&server, "linerate_fill_timeouts_total") >= 2.0, "late fills counted");
+    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 4.0, "every failed response counted");
+    assert_eq!(count_lines(&server, "disk read failed"), 1, "logged once per device:\n{}", server.stderr());
+    assert_eq!(count_lines(&server, "within fill.timeout"), 1, "logged once per device:\n{}", server.stderr());
+}
