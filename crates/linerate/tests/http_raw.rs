@@ -233,3 +233,24 @@ fn symlinks_out_of_the_root_when_configured() {
     let rs = split_responses(&exchange(&s, "GET /../secret.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     assert_eq!(rs[0].status, 400);
 }
+
+#[test]
+fn redirect_is_never_protocol_relative() {
+    let (c, s) = setup();
+    c.write("root/videos/index.html", b"<p>videos</p>");
+    c.write("root/d x/%/index.html", b"x");
+    for (target, location) in [
+        ("/videos", "/videos/"),
+        ("/videos?a=1&b", "/videos/?a=1&b"),
+        ("//evil.example/../videos", "/videos/"),
+        ("/\\evil.example/../videos", "/videos/"),
+        ("//evil.example/%2e%2e/videos?x=//y", "/videos/?x=//y"),
+        ("/d%20x/%25", "/d%20x/%25/"),
+    ] {
+        let raw = exchange(&s, &format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+        let rs = split_responses(&raw);
+        assert_eq!(rs.len(), 1, "{target}: {}", String::from_utf8_lossy(&raw));
+        assert_eq!(rs[0].status, 301, "{target}");
+        assert_eq!(rs[0].header("location").as_deref(), Some(location), "{target}");
+    }
+}

@@ -458,15 +458,11 @@ impl<T: Transport> Conn<'_, T> {
 
     /// 301 to the same path with a slash, so relative links in an index page work.
     async fn send_redirect_to_directory(&mut self, keep_alive: bool) -> Result<(), SendError> {
-        let mut location = Vec::with_capacity(self.req.target().len() + 1);
-        if let Ok(t) = path::resolve(self.req.target(), &mut self.scratch) {
-            location.extend_from_slice(t.raw_path);
-            location.push(b'/');
-            if let Some(q) = t.query {
-                location.push(b'?');
-                location.extend_from_slice(q);
-            }
-        }
+        // Built from the normalised path, never from the raw target: `//host/..`
+        // must not turn into a protocol-relative `Location`.
+        let mut location = Vec::with_capacity(self.req.target().len() + 2);
+        let query = path::resolve(self.req.target(), &mut self.scratch).ok().and_then(|t| t.query);
+        path::directory_location(&self.path, query, &mut location);
         let body = simple_body(Status::MovedPermanently);
         let mut h = start_head(&mut self.head, self.worker, self.settings, Status::MovedPermanently);
         h.field("Location", &location)
