@@ -177,7 +177,7 @@ impl Request {
         if target.len() > limits.max_uri_bytes {
             return Err(RequestError::UriTooLong);
         }
-        self.reset();
+        self.clear();
         let method = req.method.unwrap_or("");
         self.method = match method {
             "GET" => Method::Get,
@@ -266,7 +266,12 @@ impl Request {
         Ok(Parsed::Complete(head_len))
     }
 
-    fn reset(&mut self) {
+    /// Forgets the previous request, keeping the arena's allocation: what is left
+    /// is a GET in HTTP/1.1 with no target and no fields. A connection clears its request before
+    /// reading the next head, so that an error answer to a head that cannot be parsed
+    /// (400, 408, 414, 431, 505) is built as for a GET, not with the method of the
+    /// request before it (after a HEAD, the error would lose its body).
+    pub fn clear(&mut self) {
         let arena = std::mem::take(&mut self.arena);
         *self = Request { arena, ..Request::default() };
         self.arena.clear();
@@ -526,6 +531,19 @@ mod tests {
         assert!(may_be_complete(head, head.len() - 1));
         assert!(!may_be_complete(b"GET / HTTP/1.1\r\nHost: h\r\n", 0));
         assert!(may_be_complete(b"GET / HTTP/1.0\n\n", 14));
+    }
+
+    #[test]
+    fn clear_forgets_the_previous_method() {
+        let mut r = Request::default();
+        let l = Limits::default();
+        r.parse(b"HEAD / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &l).unwrap();
+        r.clear();
+        assert_eq!(
+            (r.method, r.version, r.keep_alive, r.body),
+            (Method::Get, Version::Http11, false, BodyFraming::None)
+        );
+        assert_eq!(r.target(), b"");
     }
 
     #[test]

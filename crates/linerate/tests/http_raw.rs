@@ -254,3 +254,28 @@ fn redirect_is_never_protocol_relative() {
         assert_eq!(rs[0].header("location").as_deref(), Some(location), "{target}");
     }
 }
+
+#[test]
+fn error_after_head_request_carries_its_body() {
+    let (_c, s) = setup();
+    for bad in ["GARBAGE\r\n\r\n", "GET /a.txt HTTP/1.1\r\nBad Header: x\r\n\r\n", "GET /a.txt HTTP/2.0\r\n\r\n"] {
+        let raw = exchange(&s, &format!("HEAD /a.txt HTTP/1.1\r\nHost: x\r\n\r\n{bad}"));
+        // The HEAD answer has a Content-Length but no body: split after its head.
+        let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a HEAD answer") + 4;
+        let head = parse_response(&raw[..end]).unwrap();
+        assert_eq!((head.status, head.header("content-length").as_deref()), (200, Some("4")));
+        let err = parse_response(&raw[end..]).unwrap_or_else(|| panic!("{bad:?}: {}", String::from_utf8_lossy(&raw)));
+        let len: usize = err.header("content-length").unwrap().parse().unwrap();
+        assert!(len > 0);
+        assert_eq!(err.body.len(), len, "{bad:?}: the error answer must carry its body");
+        assert!(String::from_utf8_lossy(&err.body).starts_with(&err.status.to_string()), "{bad:?}");
+    }
+    // A head that never completes after a HEAD: the 408 carries its body too.
+    let (c, _s) = setup();
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[timeouts]\nheader = \"1s\"\n", c.path().join("root")));
+    let s = Server::start(&["--config", cfg.arg()]);
+    let raw = exchange(&s, "HEAD /a.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /a.txt HTTP/1.1\r\nHo");
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a HEAD answer") + 4;
+    let err = parse_response(&raw[end..]).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&raw)));
+    assert_eq!((err.status, err.body.as_slice()), (408, &b"408 Request Timeout\n"[..]));
+}

@@ -123,6 +123,7 @@ impl<T: Transport> Conn<'_, T> {
                 self.pos = 0;
                 self.scanned = 0;
             }
+            self.req.clear();
             let head_len = match self.read_head(state).await {
                 Ok(n) => n,
                 Err(HeadEnd::Closed) => return Ending::Quiet,
