@@ -279,3 +279,20 @@ fn error_after_head_request_carries_its_body() {
     let err = parse_response(&raw[end..]).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&raw)));
     assert_eq!((err.status, err.body.as_slice()), (408, &b"408 Request Timeout\n"[..]));
 }
+
+#[test]
+fn split_request_body_keeps_the_connection() {
+    let (_c, s) = setup();
+    let mut sock = TcpStream::connect(s.addr()).unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    sock.write_all(b"GET /a.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    sock.write_all(b"defghij").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    sock.write_all(b"GET /b.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    let raw = read_until_close(&mut sock, T);
+    let rs = split_responses(&raw);
+    assert_eq!(rs.len(), 2, "{}", String::from_utf8_lossy(&raw));
+    assert_eq!((rs[0].status, rs[0].body.as_slice()), (200, &b"AAAA"[..]));
+    assert_eq!((rs[1].status, rs[1].body.as_slice()), (200, &b"BBBBBBBB"[..]));
+}

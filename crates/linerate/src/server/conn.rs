@@ -265,7 +265,8 @@ impl<T: Transport> Conn<'_, T> {
     fn make_room(&mut self) {
         if self.pos > 0 {
             self.buf.drain(..self.pos);
-            self.scanned -= self.pos;
+            // Body bytes consumed past the scanned head end leave nothing scanned.
+            self.scanned = self.scanned.saturating_sub(self.pos);
             self.pos = 0;
         }
         if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 2 {
