@@ -76,6 +76,8 @@ pub enum RequestError {
     HeadTooLarge,
     /// HTTP/2 or another major version spoken on an HTTP/1 port (505).
     VersionNotSupported,
+    /// An `Expect` field with an expectation other than `100-continue` (417).
+    ExpectationFailed,
 }
 
 impl RequestError {
@@ -86,6 +88,7 @@ impl RequestError {
             RequestError::UriTooLong => Status::UriTooLong,
             RequestError::HeadTooLarge => Status::HeaderFieldsTooLarge,
             RequestError::VersionNotSupported => Status::VersionNotSupported,
+            RequestError::ExpectationFailed => Status::ExpectationFailed,
         }
     }
 }
@@ -97,6 +100,7 @@ impl fmt::Display for RequestError {
             RequestError::UriTooLong => f.write_str("request target too long"),
             RequestError::HeadTooLarge => f.write_str("request head too large"),
             RequestError::VersionNotSupported => f.write_str("HTTP version not supported"),
+            RequestError::ExpectationFailed => f.write_str("unsupported expectation"),
         }
     }
 }
@@ -116,6 +120,10 @@ pub struct Request {
     /// version and `Connection` field.
     pub keep_alive: bool,
     pub body: BodyFraming,
+    /// The client sent `Expect: 100-continue` (HTTP/1.1 only; RFC 9110 section
+    /// 10.1.1 has a server ignore it in HTTP/1.0) and waits for a `100 Continue`
+    /// before sending its body.
+    pub expect_continue: bool,
     arena: Vec<u8>,
     method_name: Span,
     target: Span,
@@ -195,6 +203,7 @@ impl Request {
         let mut content_length: Option<u64> = None;
         let mut transfer_encoding = false;
         let mut chunked_last = false;
+        let mut expect_continue = false;
         for h in req.headers.iter() {
             let name = h.name;
             let value = trim(h.value);
@@ -222,6 +231,14 @@ impl Request {
                 // Codings accumulate over repeated fields; only the last one counts.
                 if let Some(last) = value.split(|&b| b == b',').map(trim).rfind(|t| !t.is_empty()) {
                     chunked_last = last.eq_ignore_ascii_case(b"chunked");
+                }
+            } else if name.eq_ignore_ascii_case("expect") {
+                // `100-continue` is the only expectation defined (RFC 9110 section 10.1.1).
+                for token in value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+                    if !token.eq_ignore_ascii_case(b"100-continue") {
+                        return Err(RequestError::ExpectationFailed);
+                    }
+                    expect_continue = true;
                 }
             } else if name.eq_ignore_ascii_case("range") {
                 if self.range.is_some() {
@@ -259,6 +276,7 @@ impl Request {
             (false, Some(0)) | (false, None) => BodyFraming::None,
             (false, Some(n)) => BodyFraming::Length(n),
         };
+        self.expect_continue = expect_continue && self.version == Version::Http11;
         self.keep_alive = match self.version {
             Version::Http11 => !close,
             Version::Http10 => keep_alive_token && !close,
@@ -511,6 +529,22 @@ mod tests {
             "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(matches!(parse(bad), Err(RequestError::BadRequest(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expect_100_continue_is_recognised() {
+        let (r, _) = parse("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert!(r.expect_continue);
+        assert!(!parse("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").unwrap().0.expect_continue);
+        // HTTP/1.0 clients may not expect 100 (RFC 9110 section 10.1.1).
+        assert!(
+            !parse("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n").unwrap().0.expect_continue
+        );
+        for bad in ["Expect: 200-ok", "Expect: 100-continue, foo=bar", "Expect: 100-continue\r\nExpect: x"] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: h\r\n{bad}\r\n\r\n");
+            assert_eq!(parse(&raw).unwrap_err(), RequestError::ExpectationFailed, "{bad}");
+            assert_eq!(RequestError::ExpectationFailed.status().code(), 417);
         }
     }
 

@@ -296,3 +296,74 @@ fn split_request_body_keeps_the_connection() {
     assert_eq!((rs[0].status, rs[0].body.as_slice()), (200, &b"AAAA"[..]));
     assert_eq!((rs[1].status, rs[1].body.as_slice()), (200, &b"BBBBBBBB"[..]));
 }
+
+/// Reads from `sock` until `want` has arrived (or `limit` passes); returns what was read.
+fn read_until_contains(sock: &mut TcpStream, want: &[u8], limit: Duration) -> Vec<u8> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(want.len()).any(|w| w == want) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        sock.set_read_timeout(Some(left)).unwrap();
+        match sock.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let (_c, s) = setup();
+    for method in ["POST", "GET"] {
+        let mut sock = TcpStream::connect(s.addr()).unwrap();
+        sock.write_all(
+            format!("{method} /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let interim = read_until_contains(&mut sock, b"\r\n\r\n", Duration::from_secs(1));
+        assert_eq!(interim, b"HTTP/1.1 100 Continue\r\n\r\n", "{method}: {}", String::from_utf8_lossy(&interim));
+        sock.write_all(b"hello").unwrap();
+        sock.write_all(b"GET /b.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let raw = read_until_close(&mut sock, T);
+        let rs = split_responses(&raw);
+        let want = if method == "GET" { 200 } else { 405 };
+        assert_eq!(rs.iter().map(|r| r.status).collect::<Vec<_>>(), [want, 200], "{}", String::from_utf8_lossy(&raw));
+        assert_eq!(rs[1].body, b"BBBBBBBB");
+    }
+    // Body already sent with the head: no interim answer is needed, none is sent.
+    let raw = exchange(
+        &s,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    let rs = split_responses(&raw);
+    assert_eq!(rs.iter().map(|r| r.status).collect::<Vec<_>>(), [200], "{}", String::from_utf8_lossy(&raw));
+}
+
+#[test]
+fn expect_100_continue_over_the_body_limit_gets_413_without_100() {
+    let (_c, s) = setup();
+    let raw =
+        exchange(&s, "POST /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n\r\n");
+    let rs = split_responses(&raw);
+    assert_eq!(rs.len(), 1, "{}", String::from_utf8_lossy(&raw));
+    assert_eq!(rs[0].status, 413);
+    assert_eq!(rs[0].header("connection").as_deref(), Some("close"));
+}
+
+#[test]
+fn unknown_expectation_is_417() {
+    let (_c, s) = setup();
+    expect_status_and_close(&s, b"GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 0\r\n\r\n", 417);
+    expect_status_and_close(
+        &s,
+        b"POST /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue, x\r\nContent-Length: 5\r\n\r\n",
+        417,
+    );
+}

@@ -282,6 +282,13 @@ impl<T: Transport> Conn<'_, T> {
         }
         let mut body = Discard::new(self.req.body, self.settings.config.limits.max_request_body_bytes)
             .map_err(|_| Some(Status::ContentTooLarge))?;
+        // The client waits for a go-ahead before sending its body (RFC 9110 section
+        // 10.1.1); a body over the limit got its 413 above, without one.
+        if self.req.expect_continue && self.pos == self.buf.len() {
+            const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+            self.io.write_all(CONTINUE, false).await.map_err(|_| None)?;
+            self.worker.counters.head_bytes.add(CONTINUE.len() as u64);
+        }
         let deadline = Instant::now() + self.settings.config.timeouts.header;
         loop {
             match body.feed(&self.buf[self.pos..]) {
