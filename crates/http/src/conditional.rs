@@ -18,6 +18,14 @@ pub struct Validators<'a> {
     pub last_modified_secs: i64,
 }
 
+impl Validators<'_> {
+    /// Last-Modified as the response states it (clamped to the years an HTTP date
+    /// can express), so that a client's copy of the field compares equal.
+    fn last_modified_as_sent(&self) -> i64 {
+        self.last_modified_secs.clamp(0, date::MAX_SECS)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precondition {
     /// Serve the representation (200 or 206).
@@ -30,12 +38,13 @@ pub enum Precondition {
 
 /// Evaluates the preconditions of a GET or HEAD request.
 pub fn evaluate(req: &Request, v: &Validators<'_>) -> Precondition {
+    let last_modified = v.last_modified_as_sent();
     if let Some(list) = req.if_match() {
         if !list_matches(list, v.etag, Comparison::Strong) {
             return Precondition::Failed;
         }
     } else if let Some(since) = req.if_unmodified_since().and_then(date::parse_secs) {
-        if v.last_modified_secs > since {
+        if last_modified > since {
             return Precondition::Failed;
         }
     }
@@ -44,7 +53,7 @@ pub fn evaluate(req: &Request, v: &Validators<'_>) -> Precondition {
             return Precondition::NotModified;
         }
     } else if let Some(since) = req.if_modified_since().and_then(date::parse_secs) {
-        if v.last_modified_secs <= since {
+        if last_modified <= since {
             return Precondition::NotModified;
         }
     }
@@ -59,7 +68,7 @@ pub fn if_range_matches(value: &[u8], v: &Validators<'_>) -> bool {
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         return matches!(parse_tag(value), Some((tag, false, rest)) if rest.is_empty() && tag == v.etag);
     }
-    date::parse_secs(value) == Some(v.last_modified_secs)
+    date::parse_secs(value) == Some(v.last_modified_as_sent())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -146,6 +155,16 @@ mod tests {
         assert_eq!(eval(&format!("If-Modified-Since: {AFTER}\r\n")), Precondition::NotModified);
         assert_eq!(eval(&format!("If-Modified-Since: {BEFORE}\r\n")), Precondition::Proceed);
         assert_eq!(eval("If-Modified-Since: yesterday\r\n"), Precondition::Proceed);
+    }
+
+    #[test]
+    fn dates_compare_with_last_modified_as_sent() {
+        // An mtime past year 9999 is sent as the last second of 9999.
+        let v = Validators { etag: b"\"abc\"", last_modified_secs: 400_000_000_000 };
+        let raw = "GET / HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: Fri, 31 Dec 9999 23:59:59 GMT\r\n\r\n";
+        let mut r = Request::default();
+        r.parse(raw.as_bytes(), &Limits::default()).unwrap();
+        assert_eq!(evaluate(&r, &v), Precondition::NotModified);
     }
 
     #[test]
