@@ -68,7 +68,7 @@ pub enum BodyFraming {
 #[non_exhaustive]
 pub enum RequestError {
     /// Syntax error in the request line or a header field; or a missing Host in HTTP/1.1,
-    /// duplicate Host, or ambiguous body framing (400).
+    /// duplicate Host, a Host that is not `host[:port]`, or ambiguous body framing (400).
     BadRequest(&'static str),
     /// The request line is longer than the URI limit (414).
     UriTooLong,
@@ -212,6 +212,9 @@ impl Request {
                     return Err(RequestError::BadRequest("more than one Host field"));
                 }
                 host_seen = true;
+                if !is_valid_host(value) {
+                    return Err(RequestError::BadRequest("invalid Host"));
+                }
             } else if name.eq_ignore_ascii_case("connection") {
                 for token in value.split(|&b| b == b',').map(trim) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -392,6 +395,53 @@ fn version_error(buf: &[u8]) -> RequestError {
     }
 }
 
+/// `Host = uri-host [ ":" port ]` (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
+/// a reg-name (which covers IPv4 addresses) or a bracketed IPv6 address, then
+/// optional port digits. The empty value is valid (a target without authority).
+fn is_valid_host(value: &[u8]) -> bool {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let Some(close) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = std::str::from_utf8(&rest[..close]).ok();
+        if literal.and_then(|l| l.parse::<std::net::Ipv6Addr>().ok()).is_none() {
+            return false;
+        }
+        (&b""[..], &rest[close + 1..])
+    } else {
+        let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+        (&value[..end], &value[end..])
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    port_ok && is_reg_name(host)
+}
+
+/// `reg-name = *( unreserved / pct-encoded / sub-delims )`.
+fn is_reg_name(s: &[u8]) -> bool {
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                if !(s.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && s.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
 /// `Content-Length = 1*DIGIT`, also accepting a list of identical values
 /// ("42, 42"), which RFC 9112 section 6.3 allows a recipient to treat as one.
 fn parse_content_length(value: &[u8]) -> Result<u64, RequestError> {
@@ -474,6 +524,48 @@ mod tests {
         assert!(matches!(parse("GET / HTTP/1.1\r\n\r\n"), Err(RequestError::BadRequest(_))));
         assert!(parse("GET / HTTP/1.0\r\n\r\n").is_ok());
         assert!(matches!(parse("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), Err(RequestError::BadRequest(_))));
+    }
+
+    #[test]
+    fn host_must_be_host_and_port() {
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "EXAMPLE.com.",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:443",
+            "xn--bcher-kva.example",
+            "a%41b",
+            "host:",
+            "",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
+            assert!(parse(&raw).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "a b",
+            "evil.example/path",
+            "user@example.com",
+            "example.com:80:80",
+            "example.com:8x",
+            "[::1",
+            "[not-v6]",
+            "[::1]x",
+            "::1",
+            "a%zz",
+            "a\\b",
+            "a?b",
+            "a#b",
+            "\"quoted\"",
+            "h\x7f",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert!(matches!(parse(&raw), Err(RequestError::BadRequest(_))), "{bad:?}");
+        }
+        // HTTP/1.0 has no Host requirement, but a Host it sends must be valid too.
+        assert!(matches!(parse("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"), Err(RequestError::BadRequest(_))));
     }
 
     #[test]
