@@ -8,8 +8,9 @@
 //! Framing follows RFC 9112 section 6 strictly, because a proxy in front of the
 //! server may frame differently and every disagreement is a smuggling opportunity:
 //! Transfer-Encoding together with Content-Length, a Transfer-Encoding whose last
-//! coding is not `chunked`, Transfer-Encoding in HTTP/1.0, or conflicting
-//! Content-Length values are all rejected with 400 and the connection is closed.
+//! coding is not `chunked` or that applies `chunked` twice, Transfer-Encoding in
+//! HTTP/1.0, or conflicting Content-Length values are all rejected with 400 and
+//! the connection is closed.
 
 use std::fmt;
 
@@ -231,9 +232,13 @@ impl Request {
                 content_length = Some(n);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 transfer_encoding = true;
-                // Codings accumulate over repeated fields; only the last one counts.
-                if let Some(last) = value.split(|&b| b == b',').map(trim).rfind(|t| !t.is_empty()) {
-                    chunked_last = last.eq_ignore_ascii_case(b"chunked");
+                // Codings accumulate over repeated fields: chunked must be the last
+                // one, and applied once only (RFC 9112 section 6.1).
+                for coding in value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+                    if chunked_last {
+                        return Err(RequestError::BadRequest("chunked is not the last transfer coding"));
+                    }
+                    chunked_last = coding.eq_ignore_ascii_case(b"chunked");
                 }
             } else if name.eq_ignore_ascii_case("expect") {
                 // `100-continue` is the only expectation defined (RFC 9110 section 10.1.1).
@@ -618,6 +623,7 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\n\r\n",
             "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(matches!(parse(bad), Err(RequestError::BadRequest(_))), "{bad:?}");
@@ -637,6 +643,17 @@ mod tests {
             let raw = format!("GET / HTTP/1.1\r\nHost: h\r\n{bad}\r\n\r\n");
             assert_eq!(parse(&raw).unwrap_err(), RequestError::ExpectationFailed, "{bad}");
             assert_eq!(RequestError::ExpectationFailed.status().code(), 417);
+        }
+    }
+
+    #[test]
+    fn chunked_applied_twice_is_400() {
+        for bad in [
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip, chunked\r\n\r\n",
+        ] {
+            assert!(matches!(parse(bad), Err(RequestError::BadRequest(_))), "{bad:?}");
         }
     }
 
