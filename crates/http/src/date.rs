@@ -46,12 +46,23 @@ impl Default for DateCache {
 
 impl DateCache {
     pub fn now(&mut self) -> &[u8] {
+        self.refresh();
+        &self.text
+    }
+
+    /// The current time in seconds since the epoch, as the next [`DateCache::now`]
+    /// will format it.
+    pub fn now_secs(&mut self) -> i64 {
+        self.refresh();
+        self.secs
+    }
+
+    fn refresh(&mut self) {
         let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         if secs != self.secs {
             self.secs = secs;
             format_secs(secs, &mut self.text);
         }
-        &self.text
     }
 }
 

@@ -370,6 +370,7 @@ impl<T: Transport> Conn<'_, T> {
             len_bytes: file.stat.size_bytes,
             validators: Validators { etag: &file.etag, last_modified_secs: file.stat.mtime_secs() },
             content_type,
+            now_secs: self.worker.date.borrow_mut().now_secs(),
         };
         let max_ranges = settings.config.limits.max_ranges;
         let plan = plan_file(&self.req, &info, max_ranges, self.worker.next_boundary_seed());
