@@ -4,7 +4,9 @@
 //! with Content-Length, a chunked OPTIONS, a POST that gets 405). Its bytes must be
 //! consumed exactly, or they would be read as the next pipelined request: that is how
 //! request smuggling starts. [`Discard`] consumes a body of either framing within a
-//! byte limit; past the limit the server answers 413 and closes.
+//! byte limit; past the limit the server answers 413 and closes. Chunked framing
+//! is read strictly: every line (chunk size, the end of chunk data, trailers) must
+//! end in CRLF, since a bare LF is where a proxy and a server may disagree.
 
 use crate::request::BodyFraming;
 
@@ -81,10 +83,6 @@ impl Discard {
                         self.state = State::ChunkSize;
                         2
                     }
-                    [b'\n', ..] => {
-                        self.state = State::ChunkSize;
-                        1
-                    }
                     [b'\r'] => break,
                     _ => return Err(DiscardError::Malformed),
                 },
@@ -109,8 +107,10 @@ impl Discard {
                 State::Trailers => match rest.iter().position(|&b| b == b'\n') {
                     Some(end) if end > MAX_LINE_BYTES => return Err(DiscardError::Malformed),
                     Some(end) => {
-                        let line = &rest[..end];
-                        if line.is_empty() || line == b"\r" {
+                        let Some(line) = rest[..end].strip_suffix(b"\r") else {
+                            return Err(DiscardError::Malformed);
+                        };
+                        if line.is_empty() {
                             self.state = State::Done;
                         }
                         end + 1
@@ -177,6 +177,22 @@ mod tests {
         // Framing bytes count toward the limit too: endless empty trailer-like lines.
         let many = b"0\r\nA: b\r\nA: b\r\nA: b\r\nA: b\r\n\r\n";
         assert_eq!(discard_all(BodyFraming::Chunked, 12, many, 100), Err(DiscardError::TooLarge));
+    }
+
+    #[test]
+    fn chunked_bare_lf_is_rejected() {
+        for body in
+            [&b"5\r\nhello\n0\r\n\r\n"[..], b"5\r\nhello\r\n0\r\n\n", b"0\r\nX-T: 1\n\r\n", b"5\nhello\r\n0\r\n\r\n"]
+        {
+            for step in [1, 1000] {
+                assert_eq!(
+                    discard_all(BodyFraming::Chunked, 1000, body, step),
+                    Err(DiscardError::Malformed),
+                    "{:?} step {step}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
     }
 
     #[test]

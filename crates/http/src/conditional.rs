@@ -4,7 +4,7 @@
 //! modification time changes. Evaluation follows the order of RFC 9110 section
 //! 13.2.2: If-Match, else If-Unmodified-Since (412 on failure); then If-None-Match,
 //! else If-Modified-Since (304 for GET and HEAD); If-Range is checked separately when
-//! ranges are about to be served.
+//! ranges are about to be served, and honours only strong validators.
 
 use crate::date;
 use crate::request::{trim, Request};
@@ -16,6 +16,14 @@ pub struct Validators<'a> {
     pub etag: &'a [u8],
     /// Last modification, whole seconds since the Unix epoch.
     pub last_modified_secs: i64,
+}
+
+impl Validators<'_> {
+    /// Last-Modified as the response states it (clamped to the years an HTTP date
+    /// can express), so that a client's copy of the field compares equal.
+    fn last_modified_as_sent(&self) -> i64 {
+        self.last_modified_secs.clamp(0, date::MAX_SECS)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,12 +38,13 @@ pub enum Precondition {
 
 /// Evaluates the preconditions of a GET or HEAD request.
 pub fn evaluate(req: &Request, v: &Validators<'_>) -> Precondition {
+    let last_modified = v.last_modified_as_sent();
     if let Some(list) = req.if_match() {
         if !list_matches(list, v.etag, Comparison::Strong) {
             return Precondition::Failed;
         }
     } else if let Some(since) = req.if_unmodified_since().and_then(date::parse_secs) {
-        if v.last_modified_secs > since {
+        if last_modified > since {
             return Precondition::Failed;
         }
     }
@@ -44,7 +53,7 @@ pub fn evaluate(req: &Request, v: &Validators<'_>) -> Precondition {
             return Precondition::NotModified;
         }
     } else if let Some(since) = req.if_modified_since().and_then(date::parse_secs) {
-        if v.last_modified_secs <= since {
+        if last_modified <= since {
             return Precondition::NotModified;
         }
     }
@@ -52,14 +61,20 @@ pub fn evaluate(req: &Request, v: &Validators<'_>) -> Precondition {
 }
 
 /// Whether an If-Range value still names this representation, so that its Range
-/// may be honoured. An entity tag must match strongly; a date must equal
-/// Last-Modified exactly; anything else (weak tags, bad dates) does not match.
-pub fn if_range_matches(value: &[u8], v: &Validators<'_>) -> bool {
+/// may be honoured (RFC 9110 section 13.1.5: only a strong validator may). An
+/// entity tag must match strongly. A date must equal Last-Modified exactly and
+/// be strong: a modification time has one-second resolution, so it is strong
+/// only once that second is over, when it is at least one second before
+/// `now_secs`, the Date of the response (section 8.8.2.2); a file modified
+/// within the current second may change again under the same date. Anything else
+/// (weak tags, weak or bad dates) does not match, and the whole file is served.
+pub fn if_range_matches(value: &[u8], v: &Validators<'_>, now_secs: i64) -> bool {
     let value = trim(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         return matches!(parse_tag(value), Some((tag, false, rest)) if rest.is_empty() && tag == v.etag);
     }
-    date::parse_secs(value) == Some(v.last_modified_secs)
+    let last_modified = v.last_modified_as_sent();
+    date::parse_secs(value) == Some(last_modified) && now_secs.saturating_sub(last_modified) >= 1
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -149,6 +164,16 @@ mod tests {
     }
 
     #[test]
+    fn dates_compare_with_last_modified_as_sent() {
+        // An mtime past year 9999 is sent as the last second of 9999.
+        let v = Validators { etag: b"\"abc\"", last_modified_secs: 400_000_000_000 };
+        let raw = "GET / HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: Fri, 31 Dec 9999 23:59:59 GMT\r\n\r\n";
+        let mut r = Request::default();
+        r.parse(raw.as_bytes(), &Limits::default()).unwrap();
+        assert_eq!(evaluate(&r, &v), Precondition::NotModified);
+    }
+
+    #[test]
     fn if_match_and_unmodified_since() {
         assert_eq!(eval("If-Match: \"abc\"\r\n"), Precondition::Proceed);
         assert_eq!(eval("If-Match: *\r\n"), Precondition::Proceed);
@@ -164,11 +189,25 @@ mod tests {
 
     #[test]
     fn if_range() {
-        assert!(if_range_matches(b"\"abc\"", &V));
-        assert!(!if_range_matches(b"W/\"abc\"", &V));
-        assert!(!if_range_matches(b"\"x\"", &V));
-        assert!(if_range_matches(LM.as_bytes(), &V));
-        assert!(!if_range_matches(AFTER.as_bytes(), &V));
-        assert!(!if_range_matches(b"garbage", &V));
+        let later = V.last_modified_secs + 60;
+        assert!(if_range_matches(b"\"abc\"", &V, later));
+        assert!(!if_range_matches(b"W/\"abc\"", &V, later));
+        assert!(!if_range_matches(b"\"x\"", &V, later));
+        assert!(if_range_matches(LM.as_bytes(), &V, later));
+        assert!(!if_range_matches(AFTER.as_bytes(), &V, later));
+        assert!(!if_range_matches(b"garbage", &V, later));
+    }
+
+    #[test]
+    fn if_range_date_must_be_strong() {
+        let lm = V.last_modified_secs;
+        // Modified within the current second: the date is weak, the Range is ignored.
+        assert!(!if_range_matches(LM.as_bytes(), &V, lm));
+        // A clock behind the file's mtime proves nothing either.
+        assert!(!if_range_matches(LM.as_bytes(), &V, lm - 5));
+        // One second later the date is strong.
+        assert!(if_range_matches(LM.as_bytes(), &V, lm + 1));
+        // An entity tag is strong whatever the time.
+        assert!(if_range_matches(b"\"abc\"", &V, lm));
     }
 }

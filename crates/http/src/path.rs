@@ -12,9 +12,6 @@
 pub struct Target<'a> {
     /// The target names a directory syntactically (ends in `/`, `/.` or `/..`), or is the root.
     pub dir_syntax: bool,
-    /// The raw (still encoded) path, from the first `/`, without query: used to build
-    /// a redirect that adds the missing slash.
-    pub raw_path: &'a [u8],
     /// The raw query, without the `?`.
     pub query: Option<&'a [u8]>,
 }
@@ -75,7 +72,50 @@ pub fn resolve<'a>(raw: &'a [u8], out: &mut Vec<u8>) -> Result<Target<'a>, Targe
             _ => dir_syntax = false,
         }
     }
-    Ok(Target { dir_syntax, raw_path: if raw_path.is_empty() { b"/" } else { raw_path }, query })
+    Ok(Target { dir_syntax, query })
+}
+
+/// Bytes of a decoded path that are percent-encoded again in a `Location`: all but
+/// `pchar` (RFC 3986 section 3.3) and the `/` separator. `%`, `\`, `?`, `#`,
+/// controls, spaces and non-ASCII bytes are all encoded.
+const PATH_ENCODE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=')
+    .remove(b':')
+    .remove(b'@')
+    .remove(b'/');
+
+/// Writes into `out` (cleared first) the redirect target that adds the missing
+/// slash to the directory `path` (a path as [`resolve`] produces it), keeping the
+/// raw `query`. The result is always origin-relative and starts with exactly one
+/// `/`, whatever the request target looked like (`//host/..`, `/\host/..`), so a
+/// redirect can never send a client to another host.
+pub fn directory_location(path: &[u8], query: Option<&[u8]>, out: &mut Vec<u8>) {
+    out.clear();
+    out.push(b'/');
+    for piece in percent_encoding::percent_encode(path, PATH_ENCODE) {
+        out.extend_from_slice(piece.as_bytes());
+    }
+    if !path.is_empty() {
+        out.push(b'/');
+    }
+    if let Some(q) = query {
+        out.push(b'?');
+        out.extend_from_slice(q);
+    }
 }
 
 /// `http://authority/path?q` -> `/path?q` (absolute-form, RFC 9112 section 3.2.2).
@@ -160,11 +200,39 @@ mod tests {
     }
 
     #[test]
-    fn query_and_raw_path() {
+    fn query_is_split_off() {
         let mut out = Vec::new();
         let t = resolve(b"/d%20x?a=1#f", &mut out).unwrap();
-        assert_eq!(t.raw_path, b"/d%20x");
+        assert_eq!(out, b"d x");
         assert_eq!(t.query, Some(&b"a=1"[..]));
+    }
+
+    fn location(raw: &str) -> String {
+        let mut path = Vec::new();
+        let t = resolve(raw.as_bytes(), &mut path).unwrap();
+        let mut out = Vec::new();
+        directory_location(&path, t.query, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn redirect_is_never_protocol_relative() {
+        assert_eq!(location("//evil.example/../videos"), "/videos/");
+        assert_eq!(location("/\\evil.example/../videos"), "/videos/");
+        assert_eq!(location("///evil.example/%2e%2e/videos?q=1"), "/videos/?q=1");
+        assert_eq!(location("http://evil.example//x/../videos"), "/videos/");
+        // Whatever the target, one leading slash and no backslash.
+        for raw in ["//a/../b", "/%5c%5cx/../y", "/.//\\z", "/a/./b//c"] {
+            let l = location(raw);
+            assert!(l.starts_with('/') && !l.starts_with("//") && !l.contains('\\'), "{raw} -> {l}");
+        }
+    }
+
+    #[test]
+    fn redirect_path_is_reencoded() {
+        assert_eq!(location("/d%20x/%C3%A9t%C3%A9?a=1&b"), "/d%20x/%C3%A9t%C3%A9/?a=1&b");
+        assert_eq!(location("/100%25/a%3Fb%23c"), "/100%25/a%3Fb%23c/");
+        assert_eq!(location("/keep-._~!$&'()*+,;=:@"), "/keep-._~!$&'()*+,;=:@/");
     }
 
     #[test]

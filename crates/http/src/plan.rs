@@ -18,6 +18,9 @@ pub struct FileInfo<'a> {
     pub len_bytes: u64,
     pub validators: Validators<'a>,
     pub content_type: &'a str,
+    /// The Date of the response (seconds since the epoch): a Last-Modified date
+    /// in If-Range is only honoured once it is at least a second older.
+    pub now_secs: i64,
 }
 
 /// The layout of a response body.
@@ -59,7 +62,7 @@ pub fn plan_file(req: &Request, file: &FileInfo<'_>, max_ranges: usize, boundary
         return whole();
     };
     if let Some(if_range) = req.if_range() {
-        if !conditional::if_range_matches(if_range, &file.validators) {
+        if !conditional::if_range_matches(if_range, &file.validators, file.now_secs) {
             return whole();
         }
     }
@@ -205,6 +208,7 @@ mod tests {
         len_bytes: 1000,
         validators: Validators { etag: b"\"e\"", last_modified_secs: 1_700_000_000 },
         content_type: "video/mp4",
+        now_secs: 1_700_000_100,
     };
 
     fn req(fields: &str) -> Request {
@@ -252,6 +256,17 @@ mod tests {
             plan_file(&req("Range: bytes=10-19\r\nIf-Range: \"e\"\r\n"), &FILE, 16, 0).status,
             Status::PartialContent
         );
+    }
+
+    #[test]
+    fn if_range_date_must_be_strong() {
+        // 1_700_000_000 is Tue, 14 Nov 2023 22:13:20 GMT, FILE's Last-Modified.
+        let r = req("Range: bytes=10-19\r\nIf-Range: Tue, 14 Nov 2023 22:13:20 GMT\r\n");
+        assert_eq!(plan_file(&r, &FILE, 16, 0).status, Status::PartialContent);
+        // Served within the second of the modification: the date is weak, 200 whole.
+        let just_modified = FileInfo { now_secs: 1_700_000_000, ..FILE };
+        let p = plan_file(&r, &just_modified, 16, 0);
+        assert_eq!((p.status, p.content_length), (Status::Ok, 1000));
     }
 
     #[test]

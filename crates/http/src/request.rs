@@ -8,8 +8,9 @@
 //! Framing follows RFC 9112 section 6 strictly, because a proxy in front of the
 //! server may frame differently and every disagreement is a smuggling opportunity:
 //! Transfer-Encoding together with Content-Length, a Transfer-Encoding whose last
-//! coding is not `chunked`, Transfer-Encoding in HTTP/1.0, or conflicting
-//! Content-Length values are all rejected with 400 and the connection is closed.
+//! coding is not `chunked` or that applies `chunked` twice, Transfer-Encoding in
+//! HTTP/1.0, or conflicting Content-Length values are all rejected with 400 and
+//! the connection is closed.
 
 use std::fmt;
 
@@ -68,7 +69,7 @@ pub enum BodyFraming {
 #[non_exhaustive]
 pub enum RequestError {
     /// Syntax error in the request line or a header field; or a missing Host in HTTP/1.1,
-    /// duplicate Host, or ambiguous body framing (400).
+    /// duplicate Host, a Host that is not `host[:port]`, or ambiguous body framing (400).
     BadRequest(&'static str),
     /// The request line is longer than the URI limit (414).
     UriTooLong,
@@ -76,6 +77,8 @@ pub enum RequestError {
     HeadTooLarge,
     /// HTTP/2 or another major version spoken on an HTTP/1 port (505).
     VersionNotSupported,
+    /// An `Expect` field with an expectation other than `100-continue` (417).
+    ExpectationFailed,
 }
 
 impl RequestError {
@@ -86,6 +89,7 @@ impl RequestError {
             RequestError::UriTooLong => Status::UriTooLong,
             RequestError::HeadTooLarge => Status::HeaderFieldsTooLarge,
             RequestError::VersionNotSupported => Status::VersionNotSupported,
+            RequestError::ExpectationFailed => Status::ExpectationFailed,
         }
     }
 }
@@ -97,6 +101,7 @@ impl fmt::Display for RequestError {
             RequestError::UriTooLong => f.write_str("request target too long"),
             RequestError::HeadTooLarge => f.write_str("request head too large"),
             RequestError::VersionNotSupported => f.write_str("HTTP version not supported"),
+            RequestError::ExpectationFailed => f.write_str("unsupported expectation"),
         }
     }
 }
@@ -116,6 +121,10 @@ pub struct Request {
     /// version and `Connection` field.
     pub keep_alive: bool,
     pub body: BodyFraming,
+    /// The client sent `Expect: 100-continue` (HTTP/1.1 only; RFC 9110 section
+    /// 10.1.1 has a server ignore it in HTTP/1.0) and waits for a `100 Continue`
+    /// before sending its body.
+    pub expect_continue: bool,
     arena: Vec<u8>,
     method_name: Span,
     target: Span,
@@ -177,7 +186,7 @@ impl Request {
         if target.len() > limits.max_uri_bytes {
             return Err(RequestError::UriTooLong);
         }
-        self.reset();
+        self.clear();
         let method = req.method.unwrap_or("");
         self.method = match method {
             "GET" => Method::Get,
@@ -195,6 +204,7 @@ impl Request {
         let mut content_length: Option<u64> = None;
         let mut transfer_encoding = false;
         let mut chunked_last = false;
+        let mut expect_continue = false;
         for h in req.headers.iter() {
             let name = h.name;
             let value = trim(h.value);
@@ -203,6 +213,9 @@ impl Request {
                     return Err(RequestError::BadRequest("more than one Host field"));
                 }
                 host_seen = true;
+                if !is_valid_host(value) {
+                    return Err(RequestError::BadRequest("invalid Host"));
+                }
             } else if name.eq_ignore_ascii_case("connection") {
                 for token in value.split(|&b| b == b',').map(trim) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -219,9 +232,21 @@ impl Request {
                 content_length = Some(n);
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 transfer_encoding = true;
-                // Codings accumulate over repeated fields; only the last one counts.
-                if let Some(last) = value.split(|&b| b == b',').map(trim).rfind(|t| !t.is_empty()) {
-                    chunked_last = last.eq_ignore_ascii_case(b"chunked");
+                // Codings accumulate over repeated fields: chunked must be the last
+                // one, and applied once only (RFC 9112 section 6.1).
+                for coding in value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+                    if chunked_last {
+                        return Err(RequestError::BadRequest("chunked is not the last transfer coding"));
+                    }
+                    chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                }
+            } else if name.eq_ignore_ascii_case("expect") {
+                // `100-continue` is the only expectation defined (RFC 9110 section 10.1.1).
+                for token in value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+                    if !token.eq_ignore_ascii_case(b"100-continue") {
+                        return Err(RequestError::ExpectationFailed);
+                    }
+                    expect_continue = true;
                 }
             } else if name.eq_ignore_ascii_case("range") {
                 if self.range.is_some() {
@@ -259,6 +284,7 @@ impl Request {
             (false, Some(0)) | (false, None) => BodyFraming::None,
             (false, Some(n)) => BodyFraming::Length(n),
         };
+        self.expect_continue = expect_continue && self.version == Version::Http11;
         self.keep_alive = match self.version {
             Version::Http11 => !close,
             Version::Http10 => keep_alive_token && !close,
@@ -266,7 +292,12 @@ impl Request {
         Ok(Parsed::Complete(head_len))
     }
 
-    fn reset(&mut self) {
+    /// Forgets the previous request, keeping the arena's allocation: what is left
+    /// is a GET in HTTP/1.1 with no target and no fields. A connection clears its request before
+    /// reading the next head, so that an error answer to a head that cannot be parsed
+    /// (400, 408, 414, 431, 505) is built as for a GET, not with the method of the
+    /// request before it (after a HEAD, the error would lose its body).
+    pub fn clear(&mut self) {
         let arena = std::mem::take(&mut self.arena);
         *self = Request { arena, ..Request::default() };
         self.arena.clear();
@@ -369,6 +400,53 @@ fn version_error(buf: &[u8]) -> RequestError {
     }
 }
 
+/// `Host = uri-host [ ":" port ]` (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
+/// a reg-name (which covers IPv4 addresses) or a bracketed IPv6 address, then
+/// optional port digits. The empty value is valid (a target without authority).
+fn is_valid_host(value: &[u8]) -> bool {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let Some(close) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = std::str::from_utf8(&rest[..close]).ok();
+        if literal.and_then(|l| l.parse::<std::net::Ipv6Addr>().ok()).is_none() {
+            return false;
+        }
+        (&b""[..], &rest[close + 1..])
+    } else {
+        let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+        (&value[..end], &value[end..])
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    port_ok && is_reg_name(host)
+}
+
+/// `reg-name = *( unreserved / pct-encoded / sub-delims )`.
+fn is_reg_name(s: &[u8]) -> bool {
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                if !(s.get(i + 1).is_some_and(u8::is_ascii_hexdigit) && s.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
 /// `Content-Length = 1*DIGIT`, also accepting a list of identical values
 /// ("42, 42"), which RFC 9112 section 6.3 allows a recipient to treat as one.
 fn parse_content_length(value: &[u8]) -> Result<u64, RequestError> {
@@ -454,6 +532,48 @@ mod tests {
     }
 
     #[test]
+    fn host_must_be_host_and_port() {
+        for good in [
+            "example.com",
+            "example.com:8080",
+            "EXAMPLE.com.",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[2001:db8::1]:443",
+            "xn--bcher-kva.example",
+            "a%41b",
+            "host:",
+            "",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
+            assert!(parse(&raw).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "a b",
+            "evil.example/path",
+            "user@example.com",
+            "example.com:80:80",
+            "example.com:8x",
+            "[::1",
+            "[not-v6]",
+            "[::1]x",
+            "::1",
+            "a%zz",
+            "a\\b",
+            "a?b",
+            "a#b",
+            "\"quoted\"",
+            "h\x7f",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+            assert!(matches!(parse(&raw), Err(RequestError::BadRequest(_))), "{bad:?}");
+        }
+        // HTTP/1.0 has no Host requirement, but a Host it sends must be valid too.
+        assert!(matches!(parse("GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"), Err(RequestError::BadRequest(_))));
+    }
+
+    #[test]
     fn malformed_heads_are_400() {
         for raw in [
             "GET / HTTP/1.1\r\nHo st: h\r\n\r\n",
@@ -503,7 +623,35 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: +5\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\n\r\n",
             "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            assert!(matches!(parse(bad), Err(RequestError::BadRequest(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expect_100_continue_is_recognised() {
+        let (r, _) = parse("POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n").unwrap();
+        assert!(r.expect_continue);
+        assert!(!parse("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").unwrap().0.expect_continue);
+        // HTTP/1.0 clients may not expect 100 (RFC 9110 section 10.1.1).
+        assert!(
+            !parse("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n").unwrap().0.expect_continue
+        );
+        for bad in ["Expect: 200-ok", "Expect: 100-continue, foo=bar", "Expect: 100-continue\r\nExpect: x"] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: h\r\n{bad}\r\n\r\n");
+            assert_eq!(parse(&raw).unwrap_err(), RequestError::ExpectationFailed, "{bad}");
+            assert_eq!(RequestError::ExpectationFailed.status().code(), 417);
+        }
+    }
+
+    #[test]
+    fn chunked_applied_twice_is_400() {
+        for bad in [
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip, chunked\r\n\r\n",
         ] {
             assert!(matches!(parse(bad), Err(RequestError::BadRequest(_))), "{bad:?}");
         }
@@ -526,6 +674,19 @@ mod tests {
         assert!(may_be_complete(head, head.len() - 1));
         assert!(!may_be_complete(b"GET / HTTP/1.1\r\nHost: h\r\n", 0));
         assert!(may_be_complete(b"GET / HTTP/1.0\n\n", 14));
+    }
+
+    #[test]
+    fn clear_forgets_the_previous_method() {
+        let mut r = Request::default();
+        let l = Limits::default();
+        r.parse(b"HEAD / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &l).unwrap();
+        r.clear();
+        assert_eq!(
+            (r.method, r.version, r.keep_alive, r.body),
+            (Method::Get, Version::Http11, false, BodyFraming::None)
+        );
+        assert_eq!(r.target(), b"");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub enum Status {
     ContentTooLarge,
     UriTooLong,
     RangeNotSatisfiable,
+    ExpectationFailed,
     HeaderFieldsTooLarge,
     InternalServerError,
     ServiceUnavailable,
@@ -25,7 +26,7 @@ pub enum Status {
 
 impl Status {
     /// Every status, in a fixed order (see [`Status::index`]).
-    pub const ALL: [Status; 18] = [
+    pub const ALL: [Status; 19] = [
         Status::Ok,
         Status::NoContent,
         Status::PartialContent,
@@ -40,6 +41,7 @@ impl Status {
         Status::ContentTooLarge,
         Status::UriTooLong,
         Status::RangeNotSatisfiable,
+        Status::ExpectationFailed,
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
         Status::ServiceUnavailable,
@@ -67,6 +69,7 @@ impl Status {
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
+            Status::ExpectationFailed => 417,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
             Status::ServiceUnavailable => 503,
@@ -90,6 +93,7 @@ impl Status {
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
+            Status::ExpectationFailed => "Expectation Failed",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::InternalServerError => "Internal Server Error",
             Status::ServiceUnavailable => "Service Unavailable",

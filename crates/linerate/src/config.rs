@@ -79,6 +79,10 @@ pub struct Config {
 /// Where plain HTTP listens when no address at all is configured.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// The longest duration any key accepts (timeouts, intervals): longer values are
+/// mistakes, and far longer ones would overflow the clock they are added to.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -573,6 +577,27 @@ impl Config {
                 return bad(key, "must be longer than 0s");
             }
         }
+        // Durations are added to the clock: one that overflows it would panic a
+        // worker mid-connection, so every one is capped at load.
+        for (key, d) in [
+            ("timeouts.header", t.header),
+            ("timeouts.keepalive", t.keepalive),
+            ("timeouts.send", t.send),
+            ("timeouts.drain", t.drain),
+            ("stats.tcp_info_interval", self.stats.tcp_info_interval),
+            ("dim.interval", self.dim.interval),
+        ] {
+            if d > MAX_DURATION {
+                return bad(
+                    key,
+                    format!(
+                        "{} is too long; at most {}",
+                        humantime::format_duration(d),
+                        humantime::format_duration(MAX_DURATION)
+                    ),
+                );
+            }
+        }
         let cc = &self.tcp.congestion_control;
         if cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return bad("tcp.congestion_control", format!("{cc:?} is not a congestion control name like `bbr`"));
@@ -733,6 +758,30 @@ mod tests {
             let (k, problem) = c.validate().unwrap_err();
             assert_eq!(k, key, "{problem}");
             assert!(!problem.is_empty());
+        }
+    }
+
+    #[test]
+    fn huge_durations_are_refused_at_load() {
+        let dir = std::env::temp_dir();
+        for key in [
+            "timeouts.header",
+            "timeouts.keepalive",
+            "timeouts.send",
+            "timeouts.drain",
+            "stats.tcp_info_interval",
+            "dim.interval",
+        ] {
+            let (section, name) = key.split_once('.').unwrap();
+            for value in ["1000000000y", "2days"] {
+                let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"{value}\"\n");
+                let c = Config::from_toml(&text).unwrap_or_else(|e| panic!("{key} = {value}: {e:?}"));
+                let (k, problem) = c.validate().unwrap_err();
+                assert_eq!(k, key, "{problem}");
+                assert!(problem.contains("at most 1day"), "{problem}");
+            }
+            let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
+            assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
     }
 

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::time::{Duration, SystemTime};
+
 use common::*;
 
 fn setup() -> (Content, Server) {
@@ -144,7 +146,9 @@ fn overlapping_ranges_do_not_amplify() {
 
 #[test]
 fn conditionals() {
-    let (_c, s) = setup();
+    let (c, s) = setup();
+    // Modified an hour ago: its Last-Modified is a strong validator (If-Range below).
+    set_mtime(&c.path().join("video/movie.mp4"), SystemTime::now() - Duration::from_secs(3600));
     let url = s.url("/video/movie.mp4");
     let first = get(&url, &["-I"]);
     let etag = first.header("etag").unwrap();
@@ -167,6 +171,28 @@ fn conditionals() {
     assert_eq!((r.status, r.body.len()), (206, 10));
     let r = get(&url, &["-H", "Range: bytes=0-9", "-H", "If-Range: \"stale\""]);
     assert_eq!((r.status, r.body.len()), (200, 100_000));
+}
+
+#[test]
+fn if_range_date_is_honoured_only_when_strong() {
+    let (c, s) = setup();
+    // A Last-Modified that is not at least a second before the response's Date may
+    // hide a second change within the same second: the date is weak, the Range is
+    // ignored and the whole file is sent. (An mtime ahead of the clock is the
+    // deterministic way to be "within the second".)
+    set_mtime(&c.path().join("video/movie.mp4"), SystemTime::now() + Duration::from_secs(3600));
+    let url = s.url("/video/movie.mp4");
+    let lm = get(&url, &["-I"]).header("last-modified").unwrap();
+    let r = get(&url, &["-H", "Range: bytes=0-9", "-H", &format!("If-Range: {lm}")]);
+    assert_eq!((r.status, r.body.len()), (200, 100_000));
+    // The entity tag is strong whatever the time.
+    let etag = get(&url, &["-I"]).header("etag").unwrap();
+    let r = get(&url, &["-H", "Range: bytes=0-9", "-H", &format!("If-Range: {etag}")]);
+    assert_eq!((r.status, r.body.len()), (206, 10));
+}
+
+fn set_mtime(path: &std::path::Path, t: SystemTime) {
+    std::fs::File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
 }
 
 #[test]

@@ -233,3 +233,137 @@ fn symlinks_out_of_the_root_when_configured() {
     let rs = split_responses(&exchange(&s, "GET /../secret.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     assert_eq!(rs[0].status, 400);
 }
+
+#[test]
+fn redirect_is_never_protocol_relative() {
+    let (c, s) = setup();
+    c.write("root/videos/index.html", b"<p>videos</p>");
+    c.write("root/d x/%/index.html", b"x");
+    for (target, location) in [
+        ("/videos", "/videos/"),
+        ("/videos?a=1&b", "/videos/?a=1&b"),
+        ("//evil.example/../videos", "/videos/"),
+        ("/\\evil.example/../videos", "/videos/"),
+        ("//evil.example/%2e%2e/videos?x=//y", "/videos/?x=//y"),
+        ("/d%20x/%25", "/d%20x/%25/"),
+    ] {
+        let raw = exchange(&s, &format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+        let rs = split_responses(&raw);
+        assert_eq!(rs.len(), 1, "{target}: {}", String::from_utf8_lossy(&raw));
+        assert_eq!(rs[0].status, 301, "{target}");
+        assert_eq!(rs[0].header("location").as_deref(), Some(location), "{target}");
+    }
+}
+
+#[test]
+fn error_after_head_request_carries_its_body() {
+    let (_c, s) = setup();
+    for bad in ["GARBAGE\r\n\r\n", "GET /a.txt HTTP/1.1\r\nBad Header: x\r\n\r\n", "GET /a.txt HTTP/2.0\r\n\r\n"] {
+        let raw = exchange(&s, &format!("HEAD /a.txt HTTP/1.1\r\nHost: x\r\n\r\n{bad}"));
+        // The HEAD answer has a Content-Length but no body: split after its head.
+        let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a HEAD answer") + 4;
+        let head = parse_response(&raw[..end]).unwrap();
+        assert_eq!((head.status, head.header("content-length").as_deref()), (200, Some("4")));
+        let err = parse_response(&raw[end..]).unwrap_or_else(|| panic!("{bad:?}: {}", String::from_utf8_lossy(&raw)));
+        let len: usize = err.header("content-length").unwrap().parse().unwrap();
+        assert!(len > 0);
+        assert_eq!(err.body.len(), len, "{bad:?}: the error answer must carry its body");
+        assert!(String::from_utf8_lossy(&err.body).starts_with(&err.status.to_string()), "{bad:?}");
+    }
+    // A head that never completes after a HEAD: the 408 carries its body too.
+    let (c, _s) = setup();
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[timeouts]\nheader = \"1s\"\n", c.path().join("root")));
+    let s = Server::start(&["--config", cfg.arg()]);
+    let raw = exchange(&s, "HEAD /a.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /a.txt HTTP/1.1\r\nHo");
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a HEAD answer") + 4;
+    let err = parse_response(&raw[end..]).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&raw)));
+    assert_eq!((err.status, err.body.as_slice()), (408, &b"408 Request Timeout\n"[..]));
+}
+
+#[test]
+fn split_request_body_keeps_the_connection() {
+    let (_c, s) = setup();
+    let mut sock = TcpStream::connect(s.addr()).unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    sock.write_all(b"GET /a.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    sock.write_all(b"defghij").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    sock.write_all(b"GET /b.txt HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    let raw = read_until_close(&mut sock, T);
+    let rs = split_responses(&raw);
+    assert_eq!(rs.len(), 2, "{}", String::from_utf8_lossy(&raw));
+    assert_eq!((rs[0].status, rs[0].body.as_slice()), (200, &b"AAAA"[..]));
+    assert_eq!((rs[1].status, rs[1].body.as_slice()), (200, &b"BBBBBBBB"[..]));
+}
+
+/// Reads from `sock` until `want` has arrived (or `limit` passes); returns what was read.
+fn read_until_contains(sock: &mut TcpStream, want: &[u8], limit: Duration) -> Vec<u8> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(want.len()).any(|w| w == want) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        sock.set_read_timeout(Some(left)).unwrap();
+        match sock.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}
+
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let (_c, s) = setup();
+    for method in ["POST", "GET"] {
+        let mut sock = TcpStream::connect(s.addr()).unwrap();
+        sock.write_all(
+            format!("{method} /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let interim = read_until_contains(&mut sock, b"\r\n\r\n", Duration::from_secs(1));
+        assert_eq!(interim, b"HTTP/1.1 100 Continue\r\n\r\n", "{method}: {}", String::from_utf8_lossy(&interim));
+        sock.write_all(b"hello").unwrap();
+        sock.write_all(b"GET /b.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let raw = read_until_close(&mut sock, T);
+        let rs = split_responses(&raw);
+        let want = if method == "GET" { 200 } else { 405 };
+        assert_eq!(rs.iter().map(|r| r.status).collect::<Vec<_>>(), [want, 200], "{}", String::from_utf8_lossy(&raw));
+        assert_eq!(rs[1].body, b"BBBBBBBB");
+    }
+    // Body already sent with the head: no interim answer is needed, none is sent.
+    let raw = exchange(
+        &s,
+        "GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    let rs = split_responses(&raw);
+    assert_eq!(rs.iter().map(|r| r.status).collect::<Vec<_>>(), [200], "{}", String::from_utf8_lossy(&raw));
+}
+
+#[test]
+fn expect_100_continue_over_the_body_limit_gets_413_without_100() {
+    let (_c, s) = setup();
+    let raw =
+        exchange(&s, "POST /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n\r\n");
+    let rs = split_responses(&raw);
+    assert_eq!(rs.len(), 1, "{}", String::from_utf8_lossy(&raw));
+    assert_eq!(rs[0].status, 413);
+    assert_eq!(rs[0].header("connection").as_deref(), Some("close"));
+}
+
+#[test]
+fn unknown_expectation_is_417() {
+    let (_c, s) = setup();
+    expect_status_and_close(&s, b"GET /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 0\r\n\r\n", 417);
+    expect_status_and_close(
+        &s,
+        b"POST /a.txt HTTP/1.1\r\nHost: x\r\nExpect: 100-continue, x\r\nContent-Length: 5\r\n\r\n",
+        417,
+    );
+}

@@ -124,6 +124,7 @@ impl<T: Transport> Conn<'_, T> {
                 self.pos = 0;
                 self.scanned = 0;
             }
+            self.req.clear();
             let head_len = match self.read_head(state).await {
                 Ok(n) => n,
                 Err(HeadEnd::Closed) => return Ending::Quiet,
@@ -266,7 +267,8 @@ impl<T: Transport> Conn<'_, T> {
     fn make_room(&mut self) {
         if self.pos > 0 {
             self.buf.drain(..self.pos);
-            self.scanned -= self.pos;
+            // Body bytes consumed past the scanned head end leave nothing scanned.
+            self.scanned = self.scanned.saturating_sub(self.pos);
             self.pos = 0;
         }
         if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 2 {
@@ -282,6 +284,13 @@ impl<T: Transport> Conn<'_, T> {
         }
         let mut body = Discard::new(self.req.body, self.settings.config.limits.max_request_body_bytes)
             .map_err(|_| Some(Status::ContentTooLarge))?;
+        // The client waits for a go-ahead before sending its body (RFC 9110 section
+        // 10.1.1); a body over the limit got its 413 above, without one.
+        if self.req.expect_continue && self.pos == self.buf.len() {
+            const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+            self.io.write_all(CONTINUE, false).await.map_err(|_| None)?;
+            self.worker.counters.head_bytes.add(CONTINUE.len() as u64);
+        }
         let deadline = Instant::now() + self.settings.config.timeouts.header;
         loop {
             match body.feed(&self.buf[self.pos..]) {
@@ -363,6 +372,7 @@ impl<T: Transport> Conn<'_, T> {
             len_bytes: file.stat.size_bytes,
             validators: Validators { etag: &file.etag, last_modified_secs: file.stat.mtime_secs() },
             content_type,
+            now_secs: self.worker.date.borrow_mut().now_secs(),
         };
         let max_ranges = settings.config.limits.max_ranges;
         let plan = plan_file(&self.req, &info, max_ranges, self.worker.next_boundary_seed());
@@ -499,15 +509,11 @@ impl<T: Transport> Conn<'_, T> {
 
     /// 301 to the same path with a slash, so relative links in an index page work.
     async fn send_redirect_to_directory(&mut self, keep_alive: bool) -> Result<(), SendError> {
-        let mut location = Vec::with_capacity(self.req.target().len() + 1);
-        if let Ok(t) = path::resolve(self.req.target(), &mut self.scratch) {
-            location.extend_from_slice(t.raw_path);
-            location.push(b'/');
-            if let Some(q) = t.query {
-                location.push(b'?');
-                location.extend_from_slice(q);
-            }
-        }
+        // Built from the normalised path, never from the raw target: `//host/..`
+        // must not turn into a protocol-relative `Location`.
+        let mut location = Vec::with_capacity(self.req.target().len() + 2);
+        let query = path::resolve(self.req.target(), &mut self.scratch).ok().and_then(|t| t.query);
+        path::directory_location(&self.path, query, &mut location);
         let body = simple_body(Status::MovedPermanently);
         let mut h = start_head(&mut self.head, self.worker, self.settings, Status::MovedPermanently);
         h.field("Location", &location)
