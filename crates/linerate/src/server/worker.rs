@@ -352,6 +352,8 @@ fn place_memory(settings: &Settings, counters: &WorkerCounters, buffers: &Record
 
 /// Asks the kernel whether this session's records are sealed by the NIC (TLS
 /// offload, which Linux picks by itself when the NIC offers it) or in software.
+/// It runs on the worker thread: one lookup of this socket, which the kernel answers
+/// at once, and at worst `sockdiag::REPLY_TIMEOUT` (50 ms) waiting for a lost reply.
 fn count_offload(worker: &Worker, addrs: std::io::Result<(std::net::SocketAddr, std::net::SocketAddr)>) {
     use linerate_sys::sockdiag::{self, TlsConf};
     let info = addrs.and_then(|(local, peer)| sockdiag::tls_info(local, peer));
