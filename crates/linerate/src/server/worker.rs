@@ -172,8 +172,9 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     while let Some(msg) = control.recv().await {
         match msg {
             Control::Reload(settings) => {
-                // The root may have changed: start a fresh cache. Responses in
-                // flight keep the files they hold.
+                // Start a fresh cache. Connections still under the old settings
+                // share it, but entries are keyed by settings, so a changed root
+                // never crosses over. Responses in flight keep the files they hold.
                 let c = &settings.config.open_file_cache;
                 *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
                 *worker.chooser.borrow_mut() = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
