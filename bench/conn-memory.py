@@ -13,7 +13,14 @@ reports the growth of the server's VmRSS divided by N:
 
 Kernel socket buffers are not in the resident set; this is the server's own memory.
 
-Usage: bench/conn-memory.py [--conns N] [--bin PATH]   (defaults: 2000, target/release/linerate)
+Exits 1 when any state costs more than --max-kib-per-conn. The default, 24 KiB, leaves
+room above what these states measured with 200 connections (plain about 9 KiB, TLS
+established about 18 KiB; fewer connections spread the fixed costs of allocator
+arenas over fewer of them): a server that starts holding buffers per idle connection
+fails it.
+
+Usage: bench/conn-memory.py [--conns N] [--bin PATH] [--max-kib-per-conn KIB]
+         (defaults: 2000, target/release/linerate, 24)
 Needs: python3, openssl (Debian packages), a built linerate.
 """
 import argparse
@@ -90,9 +97,13 @@ def main():
     ap = argparse.ArgumentParser(description="Server memory per open connection.")
     ap.add_argument("--conns", type=int, default=2000)
     ap.add_argument("--bin", default="target/release/linerate")
+    ap.add_argument("--max-kib-per-conn", type=float, default=24.0,
+                    help="fail when any state's KiB per connection is above this (default 24)")
     a = ap.parse_args()
     if a.conns < 1 or a.conns > 9000:
         sys.exit("--conns must be 1 to 9000 (one client socket each, 20,000 files per process)")
+    if a.max_kib_per_conn <= 0:
+        sys.exit("--max-kib-per-conn must be positive")
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     if not os.access(a.bin, os.X_OK):
         sys.exit(f"no linerate at {a.bin}: cargo build --release, or pass --bin PATH")
@@ -102,6 +113,7 @@ def main():
         print(f"server memory per connection, {a.conns} connections, 2 workers")
         print("| state | server RSS growth MiB | KiB per connection |")
         print("|---|---|---|")
+        over = []
         for name, tls, state in [("plain, idle", False, "tcp"), ("tls, tcp only", True, "tcp"),
                                  ("tls, handshaking", True, "handshaking"),
                                  ("tls, established", True, "established")]:
@@ -113,11 +125,15 @@ def main():
                 time.sleep(1.5)
                 grown = rss_kib(p.pid) - before
                 print(f"| {name} | {grown / 1024:.1f} | {grown / a.conns:.1f} |", flush=True)
+                if grown / a.conns > a.max_kib_per_conn:
+                    over.append(f"{name}: {grown / a.conns:.1f} KiB")
                 for c in conns:
                     c.close()
             finally:
                 p.kill()
                 p.wait()
+    if over:
+        sys.exit(f"over the budget of {a.max_kib_per_conn:g} KiB per connection: {'; '.join(over)}")
 
 
 if __name__ == "__main__":

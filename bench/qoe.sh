@@ -24,8 +24,9 @@
 # both fit. nginx gets worker_rlimit_nofile 19000; linerate derives its per-worker
 # connection cap from its own limit.
 #
-# linerate over HTTPS uses `serve --tls-listen ADDR:PORT --cert FILE --key FILE`; a
-# linerate without that option gets an "n/a" row and a notice.
+# linerate over HTTPS uses `serve --tls-listen ADDR:PORT --cert FILE --key FILE`. A
+# --bin without that option fails the run (use --protocols http with it): every run
+# asked for is measured, or the script exits non-zero.
 #
 # Needs: nginx, openssl, python3 (Debian packages), and cargo to build linerate.
 set -euo pipefail
@@ -99,7 +100,8 @@ start_nginx() { # protocol
 start_linerate() { # protocol
     local args=(serve --root "$dir" --workers "$workers" --log-level warn)
     if [ "$1" = https ]; then
-        "$bin" serve --help | grep -q -- '--tls-listen' || return 2
+        grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
+            { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }
         args+=(--listen 127.0.0.1:0 --tls-listen "127.0.0.1:$(free_port)" --cert "$work/cert.pem" --key "$work/key.pem")
     else
         args+=(--listen 127.0.0.1:0)
@@ -131,14 +133,8 @@ machine_ticks() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy,
 
 results="$work/results"
 run_one() { # protocol server
-    local proto=$1 server=$2 rc=0
-    if [ "$server" = nginx ]; then start_nginx "$proto"; else start_linerate "$proto" || rc=$?; fi
-    if [ "$rc" -eq 2 ]; then
-        echo "  $server $proto: n/a: this linerate has no --tls-listen (needs HTTPS support)"
-        echo "$proto $server n/a" >> "$results"
-        return 0
-    fi
-    [ "$rc" -eq 0 ] || exit 1
+    local proto=$1 server=$2
+    if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" || exit 1; fi
     local ramp_args=()
     [ "$ramp" != 0 ] && ramp_args=(--ramp "$ramp")
     read -r b0 t0 < <(machine_ticks)
@@ -185,8 +181,7 @@ done
 echo
 echo "| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-awk '$3 == "n/a" { printf "| %s | %s | n/a (needs linerate HTTPS) |||||||||||\n", $1, $2; next }
-     { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
+awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
 if [ "$rounds" -gt 1 ]; then
     echo
     echo "Medians of $rounds rounds:"
@@ -196,8 +191,7 @@ import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     f = line.split()
-    if f[2] != "n/a":
-        runs.setdefault((f[0], f[1]), []).append([float(x) for x in f[2:]])
+    runs.setdefault((f[0], f[1]), []).append([float(x) for x in f[2:]])
 print("| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (proto, server), rows in runs.items():
@@ -206,7 +200,7 @@ for (proto, server), rows in runs.items():
 PY
 fi
 # A run that moved nothing is a broken set-up, not a result.
-if awk '$3 != "n/a" && $3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
+if awk '$3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
     echo "a run moved no data" >&2
     exit 1
 fi

@@ -61,7 +61,13 @@ fn paced_sessions_receive_exactly_the_files_bytes() {
     // 6 viewers at 1 Mb/s with 1.5 s of buffer: a loopback server keeps up without
     // stalls, even on a busy machine.
     assert_eq!(num(&j, "rebuffers"), 0.0, "{j:#}");
-    assert!(num(&j, "client_cpu_s_per_gb") >= 0.0); // may round to 0 ticks at this rate
+    // The client's CPU time may round to 0 ticks at this rate, but it is seconds of
+    // CPU (at most every CPU busy for the whole run), and per GB is it over the GB.
+    let (cpu_s, gb) = (num(&j, "client_cpu_s"), num(&j, "bytes") / 1e9);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    assert!((0.0..=num(&j, "elapsed_s") * cpus).contains(&cpu_s), "{j:#}");
+    let per_gb = num(&j, "client_cpu_s_per_gb");
+    assert!((per_gb - cpu_s / gb).abs() <= 1e-9 * (cpu_s / gb), "{per_gb} s/GB for {cpu_s} s over {gb} GB");
     assert_eq!(j["timeline"].as_array().unwrap().len(), 2);
     assert!(run.elapsed < Duration::from_secs(10), "took {:?}", run.elapsed);
 }

@@ -80,13 +80,14 @@ fn chromium_plays_the_demo_video() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut driver = tool("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _kill = KillOnDrop(&mut driver);
+    // Chromium and its helpers die with chromedriver's process group, even when an
+    // assertion below fails before the session is closed.
+    let _driver = Guarded::spawn_group(
+        tool("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
     let wd = format!("http://127.0.0.1:{port}");
     assert!(eventually(Duration::from_secs(10), || curl(&[&format!("{wd}/status")]).status.success()));
 
@@ -127,11 +128,36 @@ fn webdriver(url: &str, method: &str, body: &serde_json::Value) -> serde_json::V
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-struct KillOnDrop<'a>(&'a mut std::process::Child);
-
-impl Drop for KillOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// What the browser test relies on: a helper's guard takes the processes the helper
+/// started with it, although they are reparented to init when the helper dies (here
+/// a shell stands in for chromedriver and its sleeps for Chromium).
+#[test]
+fn killing_a_driver_leaves_none_of_its_children_behind() {
+    let mut driver = Guarded::spawn_group(
+        std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & echo $!; sleep 60 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped()),
+    );
+    let mut out = std::io::BufReader::new(driver.stdout.take().unwrap());
+    let children: Vec<u32> = (0..2)
+        .map(|_| {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+            line.trim().parse().unwrap()
+        })
+        .collect();
+    assert!(children.iter().all(|&p| running(p)), "{children:?}");
+    drop(driver);
+    let gone = eventually(Duration::from_secs(5), || !children.iter().any(|&p| running(p)));
+    let left: Vec<u32> = children.iter().copied().filter(|&p| running(p)).collect();
+    for p in &left {
+        let _ = std::process::Command::new("kill").args(["-KILL", &p.to_string()]).status();
     }
+    assert!(gone, "still running after the driver's guard was dropped: {left:?}");
+}
+
+/// The process exists and is not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
 }

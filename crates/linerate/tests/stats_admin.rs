@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -115,9 +115,28 @@ fn metrics_parse_and_name_the_contract() {
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
-    for state in ["reading", "sending", "idle"] {
-        value(&m, "linerate_connections", &[("state", state)]);
+    // One connection that has sent nothing yet and one kept alive after a response:
+    // reading 1, idle 1, sending 0 (once the server has seen curl's connection close).
+    let waiting = TcpStream::connect(s.addr()).unwrap();
+    let mut kept = TcpStream::connect(s.addr()).unwrap();
+    kept.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !response.ends_with(b"\r\n\r\nA") {
+        let n = kept.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&response));
+        response.extend_from_slice(&buf[..n]);
     }
+    let states = |m: &prometheus_parse::Scrape| {
+        ["reading", "sending", "idle"].map(|state| value(m, "linerate_connections", &[("state", state)]))
+    };
+    let mut seen = states(&m);
+    eventually(Duration::from_secs(5), || {
+        seen = states(&scrape(&s));
+        seen == [1.0, 0.0, 1.0]
+    });
+    assert_eq!(seen, [1.0, 0.0, 1.0], "linerate_connections by state: reading, sending, idle");
+    drop((waiting, kept));
     assert!(matches!(
         m.samples.iter().find(|x| x.metric == "linerate_tcp_rtt_seconds").map(|x| &x.value),
         Some(prometheus_parse::Value::Histogram(_))

@@ -79,6 +79,22 @@ pub(crate) fn setsockopt_bytes(
     cvt(ret).map(drop)
 }
 
+/// `SO_RCVTIMEO`: a blocking receive on `sock` fails with `EAGAIN` after `timeout`.
+pub(crate) fn set_recv_timeout(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
+    // struct timeval is exactly these two fields on Linux, without padding.
+    const _: () = assert!(
+        std::mem::size_of::<libc::timeval>()
+            == std::mem::size_of::<libc::time_t>() + std::mem::size_of::<libc::suseconds_t>()
+    );
+    let secs = libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX);
+    let usecs = timeout.subsec_micros() as libc::suseconds_t;
+    let mut tv = [0u8; std::mem::size_of::<libc::timeval>()];
+    let (sec_bytes, usec_bytes) = tv.split_at_mut(std::mem::size_of::<libc::time_t>());
+    sec_bytes.copy_from_slice(&secs.to_ne_bytes());
+    usec_bytes.copy_from_slice(&usecs.to_ne_bytes());
+    setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
+}
+
 /// `getsockopt` into a byte buffer; returns how many bytes the kernel wrote.
 pub(crate) fn getsockopt_bytes(
     sock: BorrowedFd<'_>,

@@ -6,11 +6,15 @@
 //! (`INET_DIAG_ULP_INFO` → `INET_ULP_INFO_TLS` → `TLS_INFO_TXCONF`, Linux 5.2+).
 //!
 //! The request names one socket by its 4-tuple (no dump), so the answer is one
-//! message; the reply is parsed with bounds checks on every attribute.
+//! message; the reply is parsed with bounds checks on every attribute. The kernel
+//! answers such a request at once, from the caller's own system call; should the
+//! reply never come (netlink drops messages when memory is short), the receive gives
+//! up after [`REPLY_TIMEOUT`] instead of blocking the calling thread.
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
 
 const NETLINK_SOCK_DIAG: libc::c_int = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -25,6 +29,9 @@ const TLS_INFO_RXCONF: u16 = 4;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 /// `sizeof(struct inet_diag_msg)`.
 const INET_DIAG_MSG_LEN: usize = 72;
+
+/// The longest [`tls_info`] waits for the kernel's reply (`SO_RCVTIMEO`).
+pub const REPLY_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Where one direction of a kernel TLS session is handled (`TLS_CONF_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,14 +70,7 @@ pub struct TlsInfo {
 /// the socket has no `tls` upper-layer protocol; `ENOENT` when there is no such socket.
 pub fn tls_info(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<TlsInfo>> {
     let req = request(local, peer)?;
-    // SAFETY: plain socket(2) call with constant arguments; a non-negative return is a
-    // new descriptor owned by nobody else.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_SOCK_DIAG) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by socket(2) and is not owned elsewhere.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let sock = diag_socket()?;
     // SAFETY: `req` is a valid buffer for its length; the kernel reads it. A zeroed
     // sockaddr_nl (family set below) addresses the kernel.
     let sent = unsafe {
@@ -89,12 +89,35 @@ pub fn tls_info(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<TlsInf
         return Err(io::Error::last_os_error());
     }
     let mut buf = [0u8; 8192];
-    // SAFETY: `buf` is writable for its length and outlives the call.
-    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
+    let n = recv_reply(sock.as_fd(), &mut buf)?;
+    parse_reply(&buf[..n])
+}
+
+/// A `NETLINK_SOCK_DIAG` socket whose receives give up after [`REPLY_TIMEOUT`].
+fn diag_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call with constant arguments; a non-negative return is a
+    // new descriptor owned by nobody else.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_SOCK_DIAG) };
+    if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    parse_reply(&buf[..n as usize])
+    // SAFETY: `fd` was just returned by socket(2) and is not owned elsewhere.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    crate::set_recv_timeout(sock.as_fd(), REPLY_TIMEOUT)?;
+    Ok(sock)
+}
+
+/// One reply; `ErrorKind::TimedOut` when none came within the socket's timeout.
+fn recv_reply(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for its length and outlives the call; the descriptor
+    // is borrowed.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    match crate::cvt_size(n) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, "no sock_diag reply within the receive timeout"))
+        }
+        other => other,
+    }
 }
 
 fn request(local: SocketAddr, peer: SocketAddr) -> io::Result<Vec<u8>> {
@@ -204,6 +227,22 @@ mod tests {
         let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let e = tls_info(gone, gone).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    }
+
+    #[test]
+    fn a_reply_that_never_comes_times_out() {
+        // Nothing was asked, so the kernel has nothing to say: the receive must give
+        // up after REPLY_TIMEOUT rather than block its thread.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let sock = diag_socket().unwrap();
+            let started = std::time::Instant::now();
+            let got = recv_reply(sock.as_fd(), &mut [0u8; 256]);
+            let _ = tx.send((got.map_err(|e| e.kind()), started.elapsed()));
+        });
+        let (got, waited) = rx.recv_timeout(Duration::from_secs(5)).expect("recv blocked with no reply");
+        assert_eq!(got, Err(io::ErrorKind::TimedOut));
+        assert!(waited >= REPLY_TIMEOUT / 2, "gave up after {waited:?}");
     }
 
     #[test]

@@ -33,7 +33,19 @@ mod tests {
     }
 
     #[test]
-    fn own_cpu_time_is_readable() {
-        assert!(process_cpu_seconds().unwrap() >= 0.0);
+    fn own_cpu_time_grows_with_work() {
+        // Spinning on this thread must show up within a few ticks of CPU time, and
+        // as seconds (the wall time spent bounds it, times the CPUs), not ticks.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let wall = std::time::Instant::now();
+        let before = process_cpu_seconds().unwrap();
+        let mut after = before;
+        while after <= before && wall.elapsed() < std::time::Duration::from_secs(10) {
+            std::hint::black_box((0..10_000u64).sum::<u64>());
+            after = process_cpu_seconds().unwrap();
+        }
+        let waited = wall.elapsed().as_secs_f64();
+        assert!(after > before, "no CPU time counted after {waited:.1} s of spinning");
+        assert!(after - before <= waited * cpus + 0.05, "{} s of CPU in {waited} s", after - before);
     }
 }

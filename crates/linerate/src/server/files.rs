@@ -11,6 +11,10 @@
 //! Responses in flight hold an `Rc` to the entry they started with, so a file
 //! replaced by rename keeps being sent from the old inode until those responses end.
 //!
+//! Entries are keyed by the [`Settings`] they were opened under as well as by path:
+//! after a reload, connections accepted before it still look files up under the old
+//! root and rules, and must neither be served nor leave behind files of the other.
+//!
 //! Confinement: files are opened with `openat2(RESOLVE_BENEATH)` relative to the
 //! root descriptor, so no symlink can lead outside the root. A revalidation by path
 //! that finds the same inode is safe by construction: it is the file that was opened
@@ -64,15 +68,18 @@ impl From<io::Error> for LookupError {
 }
 
 pub struct FileCache {
+    /// Keyed by the settings' generation (8 bytes) followed by the relative path.
     entries: lru::LruCache<Vec<u8>, Rc<OpenFile>>,
     enabled: bool,
     valid: Duration,
+    /// Where the key of the current lookup is built, reused.
+    key: Vec<u8>,
 }
 
 impl FileCache {
     pub fn new(capacity: usize, valid: Duration) -> FileCache {
         let cap = std::num::NonZeroUsize::new(capacity.max(1)).expect("non-zero");
-        FileCache { entries: lru::LruCache::new(cap), enabled: capacity > 0, valid }
+        FileCache { entries: lru::LruCache::new(cap), enabled: capacity > 0, valid, key: Vec::new() }
     }
 
     /// Finds the file at `rel` (relative to the root, already normalised).
@@ -81,7 +88,11 @@ impl FileCache {
             return Ok(Lookup::Directory);
         }
         let path = Path::new(std::ffi::OsStr::from_bytes(rel));
-        if let Some(entry) = self.entries.get(rel) {
+        self.key.clear();
+        self.key.extend_from_slice(&settings.generation.to_ne_bytes());
+        self.key.extend_from_slice(rel);
+        let key = &self.key[..];
+        if let Some(entry) = self.entries.get(key) {
             let now = Instant::now();
             if now.duration_since(entry.checked_at.get()) < self.valid && !self.valid.is_zero() {
                 return Ok(Lookup::File(entry.clone()));
@@ -93,11 +104,11 @@ impl FileCache {
                 }
                 Ok(_) => {} // replaced or changed: reopen below
                 Err(e) => {
-                    self.entries.pop(rel);
+                    self.entries.pop(key);
                     return Err(e.into());
                 }
             }
-            self.entries.pop(rel);
+            self.entries.pop(key);
         }
         let file = File::from(open_confined(settings, path)?);
         let stat = linerate_sys::fstat(file.as_fd())?;
@@ -116,7 +127,7 @@ impl FileCache {
         let entry =
             Rc::new(OpenFile { etag: etag(&stat), file, stat, checked_at: std::cell::Cell::new(Instant::now()) });
         if self.enabled {
-            self.entries.put(rel.to_vec(), entry.clone());
+            self.entries.put(key.to_vec(), entry.clone());
         }
         Ok(Lookup::File(entry))
     }
@@ -166,6 +177,49 @@ mod tests {
             Ok(Lookup::Directory) => panic!("directory"),
             Err(e) => panic!("{e:?}"),
         }
+    }
+
+    fn contents(f: &OpenFile) -> String {
+        let mut buf = vec![0u8; f.stat.size_bytes as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&f.file, &mut buf, 0).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn a_reload_that_changes_the_root_never_serves_the_old_roots_files() {
+        // Connections accepted before a reload keep the old settings and share the
+        // worker's cache with connections accepted after it.
+        let old_root = tempfile::tempdir().unwrap();
+        let new_root = tempfile::tempdir().unwrap();
+        std::fs::write(old_root.path().join("movie.mp4"), b"old root").unwrap();
+        std::fs::write(new_root.path().join("movie.mp4"), b"new root!").unwrap();
+        let (old, new) = (settings(old_root.path()), settings(new_root.path()));
+        // Revalidated on every use, and trusted for a minute.
+        for valid in [Duration::ZERO, Duration::from_secs(60)] {
+            let mut cache = FileCache::new(8, valid);
+            for _ in 0..2 {
+                assert_eq!(contents(&file_of(cache.open(&old, b"movie.mp4"))), "old root", "{valid:?}");
+                assert_eq!(contents(&file_of(cache.open(&new, b"movie.mp4"))), "new root!", "{valid:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_reload_that_forbids_escaping_symlinks_never_serves_a_cached_escape() {
+        // The same root with a stricter policy: a file reached through a symlink out
+        // of the root, cached while that was allowed, is not served under the new one.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(dir.path().join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink("../secret", root.join("escape")).unwrap();
+        let mut config = Config { root: Some(root.clone()), ..Config::default() };
+        config.follow_symlinks_outside_root = true;
+        let lax = Settings::new(config, 1, 1024, None).unwrap();
+        let strict = settings(&root);
+        let mut cache = FileCache::new(8, Duration::ZERO);
+        assert_eq!(contents(&file_of(cache.open(&lax, b"escape"))), "s");
+        assert!(matches!(cache.open(&strict, b"escape"), Err(LookupError::Forbidden)));
     }
 
     #[test]

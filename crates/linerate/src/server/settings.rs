@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context;
 use linerate_http::request::Limits;
@@ -35,9 +35,14 @@ pub struct Settings {
     pub max_connections_per_worker: usize,
     /// Present when HTTPS is configured.
     pub tls: Option<TlsSettings>,
+    /// Differs for every `Settings` of the process: what a worker's open-file cache
+    /// keys its entries by besides the path, since the root and the confinement rules
+    /// can change at a reload while older connections still serve under the old ones.
+    pub generation: u64,
 }
 
 static OPENAT2_MISSING_LOGGED: AtomicBool = AtomicBool::new(false);
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Settings {
     /// Resolves a validated configuration. `workers` is the final worker count and
@@ -92,6 +97,7 @@ impl Settings {
             cors_fields,
             max_connections_per_worker,
             tls,
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         })
     }
 

@@ -171,8 +171,9 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     while let Some(msg) = control.recv().await {
         match msg {
             Control::Reload(settings) => {
-                // The root may have changed: start a fresh cache. Responses in
-                // flight keep the files they hold.
+                // Start a fresh cache. Connections still under the old settings
+                // share it, but entries are keyed by settings, so a changed root
+                // never crosses over. Responses in flight keep the files they hold.
                 let c = &settings.config.open_file_cache;
                 *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
                 *worker.chooser.borrow_mut() = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
@@ -351,6 +352,8 @@ fn place_memory(settings: &Settings, counters: &WorkerCounters, buffers: &Record
 
 /// Asks the kernel whether this session's records are sealed by the NIC (TLS
 /// offload, which Linux picks by itself when the NIC offers it) or in software.
+/// It runs on the worker thread: one lookup of this socket, which the kernel answers
+/// at once, and at worst `sockdiag::REPLY_TIMEOUT` (50 ms) waiting for a lost reply.
 fn count_offload(worker: &Worker, addrs: std::io::Result<(std::net::SocketAddr, std::net::SocketAddr)>) {
     use linerate_sys::sockdiag::{self, TlsConf};
     let info = addrs.and_then(|(local, peer)| sockdiag::tls_info(local, peer));

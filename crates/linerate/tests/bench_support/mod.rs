@@ -4,10 +4,10 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{tool, BIN};
+use crate::common::{tool, Guarded, BIN};
 
 /// What a bench run left behind.
 pub struct BenchRun {
@@ -27,13 +27,8 @@ impl BenchRun {
 /// Runs `linerate bench <args>`; fails the test if it is still running after `limit`.
 pub fn bench(args: &[&str], limit: Duration) -> BenchRun {
     let started = Instant::now();
-    let mut child = Command::new(BIN)
-        .arg("bench")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start linerate bench");
+    let mut child =
+        Guarded::spawn(Command::new(BIN).arg("bench").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()));
     let out_pipe = child.stdout.take().unwrap();
     let err_pipe = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || std::io::read_to_string(out_pipe).unwrap_or_default());
@@ -43,8 +38,6 @@ pub fn bench(args: &[&str], limit: Duration) -> BenchRun {
             break s;
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
             panic!("linerate bench {args:?} did not exit within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -115,7 +108,7 @@ pub fn test_certs(dir: &Path) -> TestCerts {
 
 /// Debian's nginx serving `root`, with TLS if a certificate and key are given.
 pub struct Nginx {
-    child: Child,
+    _child: Guarded,
     _dir: tempfile::TempDir,
     pub port: u16,
 }
@@ -144,28 +137,22 @@ http {{ access_log off; sendfile on; keepalive_requests 100000;
         );
         let conf_path = dir.path().join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let child = tool("nginx")
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("-p")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        // Killed even if it never starts listening.
+        let child = Guarded::spawn(
+            tool("nginx")
+                .arg("-c")
+                .arg(&conf_path)
+                .arg("-p")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "nginx did not start listening on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Nginx { child, _dir: dir, port }
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Nginx { _child: child, _dir: dir, port }
     }
 }
 

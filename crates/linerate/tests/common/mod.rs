@@ -168,6 +168,66 @@ impl Drop for Server {
     }
 }
 
+/// A helper process that does not outlive its test: dropping this (when the test
+/// ends, passed or failed) kills the process and reaps it.
+pub struct Guarded {
+    child: Child,
+    group: bool,
+}
+
+impl Guarded {
+    /// Starts `cmd`, killed when the guard is dropped.
+    pub fn spawn(cmd: &mut Command) -> Guarded {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
+        Guarded { child, group: false }
+    }
+
+    /// Starts `cmd` as the leader of a process group of its own, and kills the whole
+    /// group when the guard is dropped: for helpers that start processes of their own
+    /// (chromedriver starts Chromium, which starts its zygote, renderers and crash
+    /// handler), which killing the helper alone would leave running, reparented to
+    /// init. The group does not get the terminal's Ctrl-C, so plain helpers use
+    /// [`Guarded::spawn`].
+    pub fn spawn_group(cmd: &mut Command) -> Guarded {
+        std::os::unix::process::CommandExt::process_group(cmd, 0);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
+        Guarded { child, group: true }
+    }
+}
+
+impl std::ops::Deref for Guarded {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if self.group {
+            // Before reaping the leader, while its pid still names the group.
+            kill_group(self.child.id());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SIGKILL to every process of the process group `pgid` (`kill -KILL -- -PGID`).
+pub fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 /// Runs a required external tool; fails the test with a clear message if missing.
 pub fn tool(name: &str) -> Command {
     let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().unwrap();
@@ -185,14 +245,14 @@ pub fn curl(args: &[&str]) -> Output {
 
 /// A rate-limited curl download of `url` into `out` in the background (`--fail`,
 /// so an error status fails it); stdout carries `%{http_code} %{size_download}`.
-pub fn slow_download(url: &str, rate: &str, out: &Path) -> std::process::Child {
-    tool("curl")
-        .args(["-sS", "--fail", "--limit-rate", rate, "-o", out.to_str().unwrap()])
-        .args(["-w", "%{http_code} %{size_download}", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+pub fn slow_download(url: &str, rate: &str, out: &Path) -> Guarded {
+    Guarded::spawn(
+        tool("curl")
+            .args(["-sS", "--fail", "--limit-rate", rate, "-o", out.to_str().unwrap()])
+            .args(["-w", "%{http_code} %{size_download}", url])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
 }
 
 /// The response status, header block and body of `curl -i`, for one request.
