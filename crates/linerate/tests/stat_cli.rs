@@ -58,6 +58,9 @@ fn gbps_agrees_with_the_load_generator() {
         let server = &r["server"];
         assert!(server.is_object(), "{r}");
         assert!(server["requests_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        // The files were just written: every byte served came from the page cache.
+        assert_eq!(server["page_cache_hit_pct"].as_f64(), Some(100.0), "{r}");
+        assert_eq!(server["fill_queue"].as_i64(), Some(0), "{r}");
     }
     assert!(rows.iter().all(|r| r["cpu_busy_pct"].as_f64().unwrap() > 0.0));
 }

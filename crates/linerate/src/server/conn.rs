@@ -436,7 +436,20 @@ impl<T: Transport> Conn<'_, T> {
             return self.io.send_file(&file.file, offset, len).await;
         };
         let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
-        let ready = |at: u64, n: u64| residency::is_resident(&file.file, at, n) && !pool.is_filling(id, at, n);
+        let ready = |at: u64, n: u64| {
+            if pool.is_filling(id, at, n) {
+                return false;
+            }
+            let now = Instant::now();
+            if file.resident.covers(at, n, window, now) {
+                return true;
+            }
+            let resident = residency::is_resident(&file.file, at, n);
+            if resident {
+                file.resident.mark(at, n, window, now);
+            }
+            resident
+        };
         if ready(offset, len) {
             counters.cold.resident_bytes.add(len);
             return self.io.send_file(&file.file, offset, len).await;

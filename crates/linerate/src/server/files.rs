@@ -38,6 +38,8 @@ pub struct OpenFile {
     pub stat: FileStat,
     /// Strong entity tag, quotes included.
     pub etag: Vec<u8>,
+    /// Windows of it found in the page cache lately (`server::residency`).
+    pub resident: super::residency::Memo,
     checked_at: std::cell::Cell<Instant>,
 }
 
@@ -124,8 +126,13 @@ impl FileCache {
             // resident to `cachestat` and make a later send wait (server::fill).
             let _ = linerate_sys::pagecache::fadvise(file.as_fd(), 0, 0, linerate_sys::pagecache::Advice::Random);
         }
-        let entry =
-            Rc::new(OpenFile { etag: etag(&stat), file, stat, checked_at: std::cell::Cell::new(Instant::now()) });
+        let entry = Rc::new(OpenFile {
+            etag: etag(&stat),
+            file,
+            stat,
+            resident: Default::default(),
+            checked_at: std::cell::Cell::new(Instant::now()),
+        });
         if self.enabled {
             self.entries.put(key.to_vec(), entry.clone());
         }

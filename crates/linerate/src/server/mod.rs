@@ -328,6 +328,12 @@ fn reload(
         config.numa = running.numa.clone();
         config.dim = running.dim.clone();
     }
+    if config.fill != running.fill {
+        // The pool's threads, window and queues are built at start; the files'
+        // read-ahead advice (files.rs) follows `fill.enabled` too.
+        tracing::warn!("`fill` settings take effect at restart");
+        config.fill = running.fill.clone();
+    }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");
         config.log = running.log.clone();

@@ -55,6 +55,9 @@ struct Server {
     usertls_bytes: u64,
     accepted: u64,
     cross_domain: u64,
+    resident_bytes: u64,
+    filled_bytes: u64,
+    fill_queue: i64,
 }
 
 /// One line of output.
@@ -78,6 +81,10 @@ struct Row {
     interrupts_per_sec: f64,
     gb_free: f64,
     reclaim_stalls_per_sec: f64,
+    /// Bytes read from whole disks per second, in MB (10^6).
+    disk_read_mbps: f64,
+    /// Share of the interval in which some task waited for memory (PSI "some").
+    memory_pressure_pct: f64,
     server: Option<ServerRow>,
 }
 
@@ -90,6 +97,11 @@ struct ServerRow {
     responses_5xx_per_sec: f64,
     /// Share of connections accepted in the interval whose SYN came in on another domain.
     cross_domain_pct: Option<f64>,
+    /// Share of the body bytes sent in the interval that were in the page cache
+    /// (the rest waited for a disk fill).
+    page_cache_hit_pct: Option<f64>,
+    /// Disk fills queued or running at the end of the interval.
+    fill_queue: i64,
 }
 
 pub fn run(args: StatArgs) -> anyhow::Result<()> {
@@ -121,7 +133,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  rtx/s tcpmem%  %CPU    cs/s  intr/s GBfree stalls |  conns   req/s kTLS%  5xx/s xdom%";
+const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  rtx/s tcpmem%  %CPU    cs/s  intr/s GBfree stalls diskMB/s mpsi% |  conns   req/s kTLS%  5xx/s xdom%  hit% fillq";
 
 fn format_row(r: &Row) -> String {
     let clock = {
@@ -129,7 +141,7 @@ fn format_row(r: &Row) -> String {
         format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
     };
     let mut s = format!(
-        "{clock} {:6.3} {:5.3} {:6.2} {:5.2} {:5.0} {:6} {:6.0} {:7.1} {:5.1} {:7.0} {:7.0} {:6.1} {:6.0} |",
+        "{clock} {:6.3} {:5.3} {:6.2} {:5.2} {:5.0} {:6} {:6.0} {:7.1} {:5.1} {:7.0} {:7.0} {:6.1} {:6.0} {:8.1} {:5.1} |",
         r.in_mpps,
         r.out_mpps,
         r.in_gbps,
@@ -143,18 +155,22 @@ fn format_row(r: &Row) -> String {
         r.interrupts_per_sec,
         r.gb_free,
         r.reclaim_stalls_per_sec,
+        r.disk_read_mbps,
+        r.memory_pressure_pct,
     );
     let pct = |v: Option<f64>| v.map_or("    -".to_string(), |p| format!("{p:5.1}"));
     match &r.server {
         Some(sv) => s.push_str(&format!(
-            " {:6} {:7.0} {} {:6.1} {}",
+            " {:6} {:7.0} {} {:6.1} {} {} {:5}",
             sv.connections,
             sv.requests_per_sec,
             pct(sv.ktls_pct),
             sv.responses_5xx_per_sec,
-            pct(sv.cross_domain_pct)
+            pct(sv.cross_domain_pct),
+            pct(sv.page_cache_hit_pct),
+            sv.fill_queue
         )),
-        None => s.push_str("      -       -     -      -     -"),
+        None => s.push_str("      -       -     -      -     -     -     -"),
     }
     s
 }
@@ -168,6 +184,8 @@ fn row(prev: &(Instant, Kernel, Option<Server>), cur: &(Instant, Kernel, Option<
         (Some(p), Some(c)) => {
             let tls = c.ktls_bytes.saturating_sub(p.ktls_bytes) + c.usertls_bytes.saturating_sub(p.usertls_bytes);
             let accepted = c.accepted.saturating_sub(p.accepted);
+            let resident = c.resident_bytes.saturating_sub(p.resident_bytes);
+            let filled = c.filled_bytes.saturating_sub(p.filled_bytes);
             Some(ServerRow {
                 connections: c.connections,
                 requests_per_sec: per_sec(p.requests, c.requests),
@@ -175,6 +193,9 @@ fn row(prev: &(Instant, Kernel, Option<Server>), cur: &(Instant, Kernel, Option<
                 responses_5xx_per_sec: per_sec(p.responses_5xx, c.responses_5xx),
                 cross_domain_pct: (accepted > 0)
                     .then(|| 100.0 * c.cross_domain.saturating_sub(p.cross_domain) as f64 / accepted as f64),
+                page_cache_hit_pct: (resident + filled > 0)
+                    .then(|| 100.0 * resident as f64 / (resident + filled) as f64),
+                fill_queue: c.fill_queue,
             })
         }
         _ => None,
@@ -198,6 +219,8 @@ fn row(prev: &(Instant, Kernel, Option<Server>), cur: &(Instant, Kernel, Option<
         interrupts_per_sec: per_sec(a.interrupts, b.interrupts),
         gb_free: b.mem_available_kb as f64 / (1024.0 * 1024.0),
         reclaim_stalls_per_sec: per_sec(a.reclaim_stalls, b.reclaim_stalls),
+        disk_read_mbps: per_sec(a.disk_read_bytes, b.disk_read_bytes) / 1e6,
+        memory_pressure_pct: (per_sec(a.memory_pressure_some_us, b.memory_pressure_some_us) / 1e4).min(100.0),
         server,
     }
 }
@@ -235,6 +258,9 @@ impl AdminClient {
             usertls_bytes: n("body_bytes_usertls"),
             accepted: n("connections_accepted"),
             cross_domain: n("cross_domain_connections"),
+            resident_bytes: n("body_resident_bytes"),
+            filled_bytes: n("body_filled_bytes"),
+            fill_queue: v.pointer("/cold/fill_queue_depth").and_then(|x| x.as_i64()).unwrap_or(0),
         })
     }
 }
@@ -267,6 +293,8 @@ mod tests {
             tcp_established: 7,
             tcp_retrans_segs: 500,
             tcp_memory_pressure_ms: 500,
+            disk_read_bytes: 300_000_000,
+            memory_pressure_some_us: 200_000,
             ..Kernel::default()
         };
         let sa = Server { requests: 10, accepted: 4, ktls_bytes: 0, usertls_bytes: 0, ..Server::default() };
@@ -277,6 +305,9 @@ mod tests {
             ktls_bytes: 300,
             usertls_bytes: 100,
             connections: 3,
+            resident_bytes: 900,
+            filled_bytes: 100,
+            fill_queue: 2,
             ..Server::default()
         };
         let r = row(&(t0, a, Some(sa)), &(t1, b, Some(sb)));
@@ -291,6 +322,10 @@ mod tests {
         assert_eq!(s.requests_per_sec, 10.0);
         assert_eq!(s.ktls_pct, Some(75.0));
         assert_eq!(s.cross_domain_pct, Some(25.0));
+        assert_eq!(s.page_cache_hit_pct, Some(90.0));
+        assert_eq!(s.fill_queue, 2);
+        assert_eq!(r.disk_read_mbps, 150.0);
+        assert_eq!(r.memory_pressure_pct, 10.0);
         let line = format_row(&r);
         assert!(line.contains("|"), "{line}");
         assert_eq!(HEADER.split_whitespace().count(), line.split_whitespace().count(), "{HEADER}\n{line}");
