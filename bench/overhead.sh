@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What a feature costs on a hot catalogue: linerate with it ("on") against linerate
+# without it ("off"), on the same load (wrk, 2 MiB ranges of files in the page
+# cache), alternating for several rounds. Prints the median Gb/s and server CPU
+# seconds per GB of each and the difference.
+#
+# --feature stats (default): the admin endpoint scraped every second and TCP_INFO
+#   sampled on 1% of connections, against no admin endpoint and no sampling. The
+#   per-worker counters themselves are always on (a plain store on the worker's own
+#   cache line); what can be turned off is reading them and the sampling.
+# --feature fill: the page-cache residency check before every body range (and the
+#   fill pool behind it, idle here since everything is resident), against
+#   `fill.enabled = false`. With --files large enough that the check's memo rarely
+#   hits, it measures the check itself.
+#
+# Usage: bench/overhead.sh [--feature stats|fill] [--quick] [--rounds N] [--duration S]
+#          [--conns C] [--files N] [--file-mib M] [--bin PATH]
+# Needs: wrk, curl, python3 (Debian packages), and cargo to build linerate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+
+rounds=5 duration=10 conns=16 bin="" files=8 file_mib=256 dir="${TMPDIR:-/tmp}/linerate-bench" feature=stats
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --feature) feature=$2; shift ;;
+        --files) files=$2; shift ;;
+        --file-mib) file_mib=$2; shift ;;
+        --quick) rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick" ;;
+        --rounds) rounds=$2; shift ;;
+        --duration) duration=$2; shift ;;
+        --conns) conns=$2; shift ;;
+        --bin) bin=$2; shift ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+require_tools wrk curl python3
+build_linerate
+
+start_work
+
+make_content "$dir" "$files" "$file_mib"
+write_range_lua "$work/range.lua" "$files"
+
+start_server() { # name config-text extra-args...
+    local name=$1 conf=$2
+    shift 2
+    printf 'root = "%s"\n%s\n' "$dir" "$conf" > "$work/$name.toml"
+    "$bin" serve --config "$work/$name.toml" --listen 127.0.0.1:0 --log-level warn "$@" > "$work/$name.out" &
+    pids+=($!)
+    eval "${name}_pid=$!"
+    wait_for_line "$work/$name.out" '^listening http://' || { echo "$name did not start" >&2; exit 1; }
+    eval "${name}_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/$name.out" | head -1)"
+}
+case "$feature" in
+    stats)
+        start_server off $'[stats]\ntcp_info_sample = 0.0' --no-admin
+        start_server on $'[stats]\ntcp_info_sample = 0.01' --admin 127.0.0.1:0
+        on_admin=$(sed -n 's/^listening admin \(http:.*\)/\1/p' "$work/on.out")
+        # A scraper, as Prometheus would run it, against "on" only.
+        ( while true; do curl -s -o /dev/null "$on_admin/metrics"; curl -s -o /dev/null "$on_admin/status"; sleep 1; done ) &
+        pids+=($!)
+        on_label="on (scraped every 1 s, 1% TCP_INFO)" off_label="off (no admin, no sampling)"
+        ;;
+    fill)
+        start_server off $'[fill]\nenabled = false' --no-admin
+        start_server on $'[fill]\nenabled = true' --no-admin
+        on_label="on (residency check, fill pool)" off_label="off (fill.enabled = false)"
+        ;;
+    *) echo "unknown --feature $feature (stats or fill)" >&2; exit 2 ;;
+esac
+
+results="$work/results"
+: > "$results"
+echo "$feature overhead: $conns connections, ${duration}s x $rounds rounds, $files files x $file_mib MiB"
+for r in $(seq 1 "$rounds"); do
+    for variant in off on; do
+        pid_var="${variant}_pid" url_var="${variant}_url"
+        pid=${!pid_var} url=${!url_var}
+        s0=$(proc_ticks "$pid"); m0=$(machine_busy)
+        out=$(wrk -t2 -c"$conns" -d"${duration}s" -s "$work/range.lua" "$url/")
+        s1=$(proc_ticks "$pid"); m1=$(machine_busy)
+        echo "$out" | wrk_row "$variant" "c$conns" $((s1 - s0)) $((m1 - m0)) >> "$results"
+        tail -1 "$results" | awk '{ printf "  round '"$r"' %-3s %7.2f Gb/s  server %.4f CPU-s/GB  errors %d\n", $1, $3, $4, $7 }'
+    done
+done
+col() { awk -v s="$1" -v k="$2" '$1 == s { print $k }' "$results" | median; }
+off_cpu=$(col off 4) on_cpu=$(col on 4) off_gbps=$(col off 3) on_gbps=$(col on 3)
+echo
+echo "| variant | Gb/s | server CPU-s/GB |"
+echo "|---|---|---|"
+echo "| $off_label | $off_gbps | $off_cpu |"
+echo "| $on_label | $on_gbps | $on_cpu |"
+awk -v a="$off_cpu" -v b="$on_cpu" 'BEGIN { printf "\nserver CPU-s/GB, on vs off: %+.1f%% (medians of '"$rounds"' rounds)\n", (b - a) / a * 100 }'
+errs=$(awk '{ e += $7 } END { print e + 0 }' "$results")
+[ "$errs" -eq 0 ] || { echo "errors during the runs: $errs" >&2; exit 1; }
