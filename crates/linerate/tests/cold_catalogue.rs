@@ -263,6 +263,14 @@ fn cold_ranges_are_exact_on_every_transport() {
     assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
     assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
     assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 0.0);
+    // /status carries the same view, with the ratio and the disk that was read.
+    let status = common::curl(&["-sS", &server.admin_url("/status")]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let ratio = status["cold"]["hit_ratio"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio < 1.0, "{}", status["cold"]);
+    let devices = status["cold"]["devices"].as_array().unwrap();
+    assert!(devices.iter().any(|d| d["fill_bytes"].as_u64() > Some(0)), "{}", status["cold"]);
+    assert!(status["cold"]["fill_wait_p99_ms"].as_f64().is_some(), "{}", status["cold"]);
 }
 
 /// Fifty viewers asking for the same cold range at once cause one fill, and the
