@@ -359,3 +359,53 @@ fn failed_and_late_fills_end_only_their_connections() {
     assert_eq!(count_lines(&server, "disk read failed"), 1, "logged once per device:\n{}", server.stderr());
     assert_eq!(count_lines(&server, "within fill.timeout"), 1, "logged once per device:\n{}", server.stderr());
 }
+
+/// A viewer reading a cold title in order, at a pace the disk can follow, waits
+/// for the disk at its first segment only: each segment it reaches was read ahead
+/// while it played the previous one, and reaching it reads the next one ahead.
+#[test]
+fn a_viewer_reading_in_order_waits_for_the_disk_once() {
+    let dir = content_on_disk();
+    let path = dir.path().join("title.bin");
+    let data = pseudo_random(16 << 20, 8);
+    std::fs::write(&path, &data).unwrap();
+    evict(&path);
+    let throttle = Throttle::new(dir.path(), 8 << 20);
+    let server = start_throttled(&throttle, dir.path(), &[]);
+    let url = server.url("/title.bin");
+    for segment in 0..6usize {
+        let (first, last) = (segment << 21, ((segment + 1) << 21) - 1);
+        let out = common::curl(&["-sS", "-r", &format!("{first}-{last}"), "--max-time", "20", &url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout == data[first..=last], "segment {segment} differs");
+        // Playing the segment: the next one is read meanwhile (2 MiB at 8 MiB/s).
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    // One wait (the first segment); a second is tolerated on a machine so busy that
+    // a read-ahead is late. Reading ahead only after cold segments would wait at
+    // every other one (3); no read-ahead, at all six.
+    let waits = metric_value(&server, "linerate_fill_wait_seconds_count");
+    assert!(waits <= 2.0, "{waits} waits for the disk over six segments read in order");
+    assert!(metric_value(&server, "linerate_fill_readahead_total") >= 5.0);
+}
+
+/// With `fill.drop_below_per_minute`, a rarely asked range that needed a fill
+/// leaves the page cache shortly after it is sent.
+#[test]
+fn rare_ranges_are_dropped_after_sending() {
+    let dir = content_on_disk();
+    let path = dir.path().join("rare.bin");
+    std::fs::write(&path, pseudo_random(8 << 20, 9)).unwrap();
+    evict(&path);
+    let config = ConfigFile::new("[fill]\ndrop_below_per_minute = 1000.0\nreadahead_windows = 0\n");
+    let server = Server::start(&["--root", dir.path().to_str().unwrap(), "--config", config.arg()]);
+    let out = common::curl(&["-sS", "-o", "/dev/null", "-r", "0-2097151", &server.url("/rare.bin")]);
+    assert!(out.status.success());
+    let resident = || {
+        let out = std::process::Command::new("fincore").args(["-nb", "-o", "RES"]).arg(&path).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap()
+    };
+    assert!(resident() >= 2 << 20, "the range was read into the page cache");
+    assert!(common::eventually(Duration::from_secs(6), || resident() == 0), "still resident: {}", resident());
+    assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (2 << 20) as f64);
+}

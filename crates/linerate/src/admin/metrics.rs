@@ -54,7 +54,11 @@ fn gauge(
 ) -> Result<(), std::fmt::Error> {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in samples {
-        m.encode_family(labels)?.encode_gauge(v)?;
+        if labels.is_empty() {
+            m.encode_gauge(v)?;
+        } else {
+            m.encode_family(labels)?.encode_gauge(v)?;
+        }
     }
     Ok(())
 }
@@ -93,6 +97,12 @@ impl Workers {
             "linerate_page_cache_bytes",
             "Body bytes by where they were when about to be sent: in the page cache (resident) or read by a fill first (filled).",
             &[(&[("source", "resident")], c.resident_bytes), (&[("source", "filled")], c.filled_bytes)],
+        )?;
+        counter(
+            e,
+            "linerate_page_cache_dropped_bytes",
+            "Bytes of rarely asked ranges dropped from the page cache after sending (fill.drop_below_per_minute).",
+            &[(&[], c.dropped_bytes)],
         )?;
         histogram(
             e,

@@ -342,7 +342,7 @@ impl<T: Transport> Conn<'_, T> {
             },
             Err(e) => return self.send_lookup_error(e, keep_alive).await,
         };
-        self.send_file(&file, keep_alive).await
+        self.send_file(file, keep_alive).await
     }
 
     /// Tries the configured index files in the directory `self.path`; on success
@@ -365,8 +365,10 @@ impl<T: Transport> Conn<'_, T> {
         Ok(None)
     }
 
-    async fn send_file(&mut self, file: &OpenFile, keep_alive: bool) -> Result<(), SendError> {
+    async fn send_file(&mut self, file: Rc<OpenFile>, keep_alive: bool) -> Result<(), SendError> {
         let settings = self.settings;
+        let drop_below = settings.config.fill.drop_below_per_minute;
+        let rare = drop_below > 0.0 && file.popularity.hit(Instant::now()) < drop_below;
         let content_type = settings.content_type(&self.path);
         let info = FileInfo {
             len_bytes: file.stat.size_bytes,
@@ -396,7 +398,7 @@ impl<T: Transport> Conn<'_, T> {
             Body::Empty => self.io.write_all(&self.head, false).await,
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
-                self.send_range(file, r.first, r.len_bytes()).await
+                self.send_range(&file, r.first, r.len_bytes(), rare).await
             }
             Body::Multipart(mp) => {
                 for (i, r) in mp.ranges.iter().enumerate() {
@@ -409,7 +411,7 @@ impl<T: Transport> Conn<'_, T> {
                         self.io.write_all(&self.scratch, true).await?;
                     }
                     self.count_memory_body(self.scratch.len());
-                    self.send_range(file, r.first, r.len_bytes()).await?;
+                    self.send_range(&file, r.first, r.len_bytes(), rare).await?;
                 }
                 mp.write_closing(&mut self.scratch);
                 self.io.write_all(&self.scratch, false).await?;
@@ -419,7 +421,7 @@ impl<T: Transport> Conn<'_, T> {
         };
         if let (Ok(()), Body::Range(r)) = (&sent, &plan.body) {
             if self.worker.page_chooser.choose() {
-                self.sample_page_nodes(file, r.first, r.len_bytes());
+                self.sample_page_nodes(&file, r.first, r.len_bytes());
             }
         }
         sent
@@ -429,8 +431,9 @@ impl<T: Transport> Conn<'_, T> {
     /// the disk: a range that is all in the page cache goes out at once (one
     /// residency check, then the transport); otherwise it goes window by window,
     /// this connection parking on a fill for each window that is missing while
-    /// the next one is read ahead (see `server::fill`).
-    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64) -> Result<(), SendError> {
+    /// the next one is read ahead (see `server::fill`). A `rare` file's range that
+    /// needed a fill is dropped from the page cache after it is sent.
+    async fn send_range(&mut self, file: &Rc<OpenFile>, offset: u64, len: u64, rare: bool) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
             return self.io.send_file(&file.file, offset, len).await;
@@ -450,9 +453,23 @@ impl<T: Transport> Conn<'_, T> {
             }
             resident
         };
+        // Read ahead for a viewer going on: windows past `from`, noted on the file
+        // so that reaching them continues the read-ahead.
+        let read_ahead_past = |from: u64| {
+            for k in 0..pool.readahead_windows() {
+                let at = from + k * window;
+                if pool.read_ahead(counters.domain, &file.file, id, at, size) {
+                    file.resident.note_ahead(at / window);
+                }
+            }
+        };
         if ready(offset, len) {
             counters.cold.resident_bytes.add(len);
-            return self.io.send_file(&file.file, offset, len).await;
+            self.io.send_file(&file.file, offset, len).await?;
+            if file.resident.take_ahead(offset, len, window) {
+                read_ahead_past(offset + len);
+            }
+            return Ok(());
         }
         let domain = counters.domain;
         let end = offset + len;
@@ -465,6 +482,7 @@ impl<T: Transport> Conn<'_, T> {
                 if upto < end {
                     pool.read_ahead(domain, &file.file, id, upto, size);
                 }
+                file.resident.take_ahead(at, upto - at, window);
                 let started = Instant::now();
                 let filled = pool.fill(domain, &file.file, id, at, size).await;
                 counters.cold.fill_wait_seconds.observe(started.elapsed().as_secs_f64());
@@ -478,8 +496,10 @@ impl<T: Transport> Conn<'_, T> {
             at = upto;
         }
         // A cold title is likely read on: have its next windows ready.
-        for k in 0..pool.readahead_windows() {
-            pool.read_ahead(domain, &file.file, id, end + k * window, size);
+        read_ahead_past(end);
+        if rare {
+            counters.cold.dropped_bytes.add(len);
+            residency::drop_later(file.clone(), offset, len);
         }
         Ok(())
     }

@@ -209,19 +209,25 @@ impl FillPool {
         (offset / w..=(offset + len - 1) / w).any(|window| inflight.contains_key(&WindowKey { dev, ino, window }))
     }
 
-    /// Queues a read-ahead of the window holding `offset`, unless it is already
-    /// being filled, resident, past the end, or its disk's queue is half full.
-    pub fn read_ahead(&self, domain: usize, file: &File, id: (u64, u64), offset: u64, file_len: u64) {
+    /// Queues a read-ahead of the window holding `offset`, unless it is resident,
+    /// past the end, or its disk's queue is half full. Returns whether the window
+    /// is now being filled (queued by this call or already under way).
+    pub fn read_ahead(&self, domain: usize, file: &File, id: (u64, u64), offset: u64, file_len: u64) -> bool {
         if offset >= file_len {
-            return;
+            return false;
         }
         let w = self.config.window_bytes;
         let start = offset / w * w;
         if super::residency::is_resident(file, start, (start + w).min(file_len) - start) {
-            return;
+            return false;
         }
-        if self.enqueue(domain, file, id, offset, file_len, None).is_ok() {
-            self.read_ahead_fills.fetch_add(1, Ordering::Relaxed);
+        match self.enqueue(domain, file, id, offset, file_len, None) {
+            Ok(true) => {
+                self.read_ahead_fills.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Ok(false) => true,
+            Err(_) => false,
         }
     }
 
@@ -233,7 +239,7 @@ impl FillPool {
         offset: u64,
         file_len: u64,
         waiter: Option<oneshot::Sender<Result<(), FillError>>>,
-    ) -> Result<(), FillError> {
+    ) -> Result<bool, FillError> {
         let w = self.config.window_bytes;
         let key = WindowKey { dev, ino, window: offset / w };
         let start = key.window * w;
@@ -242,7 +248,7 @@ impl FillPool {
             let mut inflight = lock(&self.inflight);
             if let Some(waiters) = inflight.get_mut(&key) {
                 waiters.extend(waiter);
-                return Ok(());
+                return Ok(false);
             }
             let demand = waiter.is_some();
             {
@@ -271,7 +277,7 @@ impl FillPool {
             self.depth.fetch_add(1, Ordering::Relaxed);
             q.ready.notify_one();
         }
-        Ok(())
+        Ok(true)
     }
 
     fn domain_for(&self, dev: u64, worker_domain: usize) -> usize {
