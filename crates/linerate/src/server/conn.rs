@@ -18,8 +18,13 @@
 //! of it, however slowly it trickles. Sending is bounded by `timeouts.send` in the
 //! transport.
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
+
+use linerate_http::date::DateCache;
+use tokio::sync::Notify;
 
 use linerate_http::body::{Discard, DiscardError};
 use linerate_http::conditional::Validators;
@@ -29,17 +34,93 @@ use linerate_http::request::{self, BodyFraming, Parsed};
 use linerate_http::response::HeadWriter;
 use linerate_http::{Method, Request, RequestError, Status, Version};
 
-use super::files::{Lookup, LookupError, OpenFile};
+use super::files::{FileCache, Lookup, LookupError, OpenFile};
+use super::fill::FillPool;
 use super::residency;
 use super::settings::Settings;
-use super::worker::Worker;
-use crate::stats::tcp_info::Sampler;
-use crate::stats::{ConnState, ErrorKind, StateTracker};
+use crate::stats::tcp_info::{Chooser, Sampler};
+use crate::stats::{ConnState, ErrorKind, StateTracker, WorkerCounters};
 use crate::transport::{SendError, Transport};
 
 /// Initial size of a connection's read buffer; it grows up to the head limit.
 const INITIAL_READ_BYTES: usize = 2048;
 const READ_CHUNK_BYTES: usize = 4096;
+
+/// What a connection needs from the worker that owns it, and nothing more: the
+/// worker's open-file cache, Date cache, counters, fill pool and shutdown signal.
+/// A connection never sees the accept loop or other connections, so this module
+/// can be tested with an in-memory transport and a context of its own.
+pub struct Context {
+    pub index: usize,
+    pub files: RefCell<FileCache>,
+    pub date: RefCell<DateCache>,
+    pub counters: Arc<WorkerCounters>,
+    /// The fill pool, when `fill.enabled`: cold ranges are read there.
+    pub fill: Option<Arc<FillPool>>,
+    /// Picks the responses whose page-cache nodes are sampled.
+    pub page_chooser: Chooser,
+    /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
+    pub debug_field: Vec<u8>,
+    shutting_down: Cell<bool>,
+    shutdown: Notify,
+    /// Counter and per-process salt for multipart boundaries.
+    boundary_seq: Cell<u64>,
+    boundary_salt: u64,
+}
+
+impl Context {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        index: usize,
+        files: FileCache,
+        counters: Arc<WorkerCounters>,
+        fill: Option<Arc<FillPool>>,
+        page_chooser: Chooser,
+        debug_field: Vec<u8>,
+        boundary_salt: u64,
+    ) -> Context {
+        Context {
+            index,
+            files: RefCell::new(files),
+            date: RefCell::new(DateCache::default()),
+            counters,
+            fill,
+            page_chooser,
+            debug_field,
+            shutting_down: Cell::new(false),
+            shutdown: Notify::new(),
+            boundary_seq: Cell::new(0),
+            boundary_salt,
+        }
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Starts shutdown: idle connections close, busy ones finish their response.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.set(true);
+        self.shutdown.notify_waiters();
+    }
+
+    /// Resolves when shutdown begins (at once if it already has).
+    pub async fn shutdown_started(&self) {
+        let notified = self.shutdown.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.shutting_down.get() {
+            notified.await;
+        }
+    }
+
+    /// A number that differs for every multipart response of this process.
+    pub fn next_boundary_seed(&self) -> u64 {
+        let n = self.boundary_seq.get().wrapping_add(1);
+        self.boundary_seq.set(n);
+        n ^ self.boundary_salt
+    }
+}
 
 /// What the accept path learned about a connection.
 pub struct ConnInfo {
@@ -50,7 +131,7 @@ pub struct ConnInfo {
 }
 
 /// Serves one connection until it closes.
-pub async fn serve<T: Transport>(io: T, worker: &Worker, settings: &Settings, info: ConnInfo) {
+pub async fn serve<T: Transport>(io: T, worker: &Context, settings: &Settings, info: ConnInfo) {
     let ConnInfo { sampler, cross_domain } = info;
     let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {
@@ -97,7 +178,7 @@ enum HeadEnd {
 
 struct Conn<'a, T> {
     io: T,
-    worker: &'a Worker,
+    worker: &'a Context,
     settings: &'a Settings,
     /// Received bytes; `buf[pos..]` are not consumed yet.
     buf: Vec<u8>,
@@ -609,7 +690,7 @@ fn simple_body(status: Status) -> String {
 }
 
 /// Status line, Date and the fields every response carries.
-fn start_head<'b>(head: &'b mut Vec<u8>, worker: &Worker, settings: &Settings, status: Status) -> HeadWriter<'b> {
+fn start_head<'b>(head: &'b mut Vec<u8>, worker: &Context, settings: &Settings, status: Status) -> HeadWriter<'b> {
     let mut h = HeadWriter::new(head, status);
     h.field("Date", worker.date.borrow_mut().now());
     h.rendered(&settings.common_fields);
@@ -629,3 +710,7 @@ fn finish_head(mut h: HeadWriter<'_>, keep_alive: bool, version: Version) {
     }
     h.finish();
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

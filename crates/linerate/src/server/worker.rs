@@ -17,15 +17,14 @@
 //! 4. when no connection is left, or the drain timeout passes, the event loop ends
 //!    and remaining connections are dropped.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use linerate_http::date::DateCache;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 use super::conn;
 use super::files::FileCache;
@@ -46,52 +45,25 @@ pub enum Control {
     Shutdown,
 }
 
-/// A worker's state, shared by its tasks (all on one thread).
+/// A worker's state, shared by its tasks (all on one thread): what its
+/// connections see ([`conn::Context`], reached through `Deref`) and what only the
+/// accept side uses.
 pub struct Worker {
-    pub index: usize,
+    ctx: conn::Context,
     pub settings: RefCell<Arc<Settings>>,
-    pub files: RefCell<FileCache>,
-    pub date: RefCell<DateCache>,
-    pub counters: Arc<WorkerCounters>,
     /// Record batch buffers for user-space TLS connections.
     pub record_buffers: Rc<RecordBuffers>,
     /// Picks the connections whose TCP_INFO is sampled.
     chooser: RefCell<Chooser>,
     /// Silo of each CPU, when there is more than one.
     cpu_domains: Option<Arc<Vec<Option<usize>>>>,
-    /// The fill pool, when `fill.enabled`: cold ranges are read there.
-    pub fill: Option<Arc<FillPool>>,
-    /// Picks the responses whose page-cache nodes are sampled.
-    pub page_chooser: Chooser,
-    /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
-    pub debug_field: Vec<u8>,
-    shutting_down: Cell<bool>,
-    shutdown: Notify,
-    /// Counter and per-process salt for multipart boundaries.
-    boundary_seq: Cell<u64>,
-    boundary_salt: u64,
 }
 
-impl Worker {
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.get()
-    }
+impl std::ops::Deref for Worker {
+    type Target = conn::Context;
 
-    /// Resolves when shutdown begins (at once if it already has).
-    pub async fn shutdown_started(&self) {
-        let notified = self.shutdown.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !self.shutting_down.get() {
-            notified.await;
-        }
-    }
-
-    /// A number that differs for every multipart response of this process.
-    pub fn next_boundary_seed(&self) -> u64 {
-        let n = self.boundary_seq.get().wrapping_add(1);
-        self.boundary_seq.set(n);
-        n ^ self.boundary_salt
+    fn deref(&self) -> &conn::Context {
+        &self.ctx
     }
 }
 
@@ -138,25 +110,14 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let page_chooser = Chooser::new(settings.config.numa.page_sample, seed(index + 1000));
     let max_connections = settings.max_connections_per_worker;
     let drain = settings.config.timeouts.drain;
+    let files = FileCache::new(settings.config.open_file_cache.entries, settings.config.open_file_cache.valid);
+    let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
     let worker = Rc::new(Worker {
-        index,
-        files: RefCell::new(FileCache::new(
-            settings.config.open_file_cache.entries,
-            settings.config.open_file_cache.valid,
-        )),
+        ctx: conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt),
         settings: RefCell::new(settings),
-        date: RefCell::new(DateCache::default()),
-        counters,
         record_buffers,
         chooser: RefCell::new(chooser),
         cpu_domains: multi_domain.then_some(cpu_domains),
-        fill,
-        page_chooser,
-        debug_field,
-        shutting_down: Cell::new(false),
-        shutdown: Notify::new(),
-        boundary_seq: Cell::new(0),
-        boundary_salt: ((index as u64) << 48) ^ u64::from(std::process::id()),
     });
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut accepters = Vec::new();
@@ -183,8 +144,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         }
     }
 
-    worker.shutting_down.set(true);
-    worker.shutdown.notify_waiters();
+    worker.begin_shutdown();
     for a in &accepters {
         a.abort();
     }
