@@ -132,7 +132,7 @@ fn topo_prints_the_silo_plan_of_a_board() {
 }
 
 #[test]
-fn page_nodes_are_sampled_and_disk_placement_reads_ahead() {
+fn page_nodes_are_sampled_and_disk_placement_fills_cold_content() {
     let c = Content::new();
     c.write_random("big.bin", 4 << 20, 1);
     let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\npage_sample = 1.0\nplacement = \"disk\"\n", c.path()));
@@ -144,14 +144,25 @@ fn page_nodes_are_sampled_and_disk_placement_reads_ahead() {
     assert_eq!(t["page_sampled_bytes"], 5 * (4 << 20), "{t}");
     assert_eq!(t["remote_page_bytes"], 0, "one node: nothing is remote");
     // Is the content on a block device (with a node: on one node, the only node)?
-    // Then each response was read ahead by that node's helper; on tmpfs, never.
+    // Then, once evicted, it is read back by the fill threads of that node's
+    // domain; on tmpfs, pages cannot be evicted and nothing is ever filled.
     let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(c.path().join("big.bin")).unwrap());
     let (major, minor) = ((dev >> 8) & 0xfff | (dev >> 32) & !0xfff, dev & 0xff | (dev >> 12) & !0xff);
     let on_disk = std::path::Path::new(&format!("/sys/dev/block/{major}:{minor}")).exists();
-    let requests = || status(&s)["totals"]["readahead_requests"].as_u64().unwrap();
+    let path = c.path().join("big.bin");
+    let evicted = tool("sh")
+        .arg("-c")
+        .arg(format!("sync -d '{0}' && dd if='{0}' iflag=nocache count=0 status=none", path.display()))
+        .status()
+        .unwrap();
+    assert!(evicted.success());
+    // Past the second for which a worker trusts a window it found resident.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(curl(&["--fail", "-o", "/dev/null", &s.url("/big.bin")]).status.success());
+    let filled = status(&s)["totals"]["body_filled_bytes"].as_u64().unwrap();
     if on_disk {
-        assert!(eventually(Duration::from_secs(2), || requests() >= 5), "{} read-aheads", requests());
+        assert_eq!(filled, 4 << 20, "the evicted file was filled through the disk's domain");
     } else {
-        assert_eq!(requests(), 0, "no disk behind a tmpfs file");
+        assert_eq!(filled, 0, "no disk behind a tmpfs file");
     }
 }

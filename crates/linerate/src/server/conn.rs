@@ -534,11 +534,13 @@ impl<T: Transport> Conn<'_, T> {
             }
             resident
         };
-        // Read ahead for a viewer going on: windows past `from`, noted on the file
-        // so that reaching them continues the read-ahead.
-        let read_ahead_past = |from: u64| {
+        // Read ahead for a viewer going on: the windows after the one holding the
+        // byte before `end` (a fill reads whole windows, so the rest of that one is
+        // in), noted on the file so that reaching them continues the read-ahead.
+        let read_ahead_past = |end: u64| {
+            let next = end.div_ceil(window) * window;
             for k in 0..pool.readahead_windows() {
-                let at = from + k * window;
+                let at = next + k * window;
                 if pool.read_ahead(counters.domain, &file.file, id, at, size) {
                     file.resident.note_ahead(at / window);
                 }
