@@ -79,7 +79,9 @@ initramfs_boot_image() {
 
 # disk_image TITLES MIB: makes (once per run) $BUILD/media/disk-TITLES-MIB.img, an
 # ext4 file system holding title1.bin ... titleTITLES.bin of MIB MiB of random bytes
-# each; prints the image's path.
+# each, with each title's sha256 in titleN.bin.sha256 (sha_range uses it: reading a
+# whole title in the guest would also bring it into the page cache); prints the
+# image's path.
 disk_image() {
     local image=$BUILD/media/disk-$1-$2.img dir i
     if [ ! -e "$image" ]; then
@@ -87,6 +89,7 @@ disk_image() {
         mkdir -p "$dir"
         for i in $(seq 1 "$1"); do
             head -c $(($2 * 1048576)) /dev/urandom >"$dir/title$i.bin"
+            sha256sum "$dir/title$i.bin" | cut -d' ' -f1 >"$dir/title$i.bin.sha256"
         done
         mkfs.ext4 -q -F -d "$dir" "$image" $(($1 * $2 + 64))M >&2 || die "mkfs.ext4 failed"
     fi
