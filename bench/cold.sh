@@ -133,7 +133,7 @@ evict_catalogue() {
     sync
     for _ in $(seq 1 50); do
         for f in "${catalogue[@]}"; do dd if="$f" iflag=nocache count=0 status=none; done
-        left=$(fincore -nb -o RES "${catalogue[@]}" | awk '{ s += $1 } END { print s + 0 }')
+        left=$(fincore -nb -o RES "${catalogue[@]}" | awk '{ s += $1 } END { printf "%.0f\n", s }')
         [ "$left" != 0 ] || return 0
         if [ "$left" = "$prev" ]; then same=$((same + 1)); else same=0; fi
         prev=$left
@@ -164,7 +164,7 @@ cg_create() { # NAME: both cgroups with their limits; server_wrap starts a serve
         sh "$cg_mem/$n" "$cg_blk/$n")
 }
 cg_read_bytes() { # NAME: bytes the blkio cgroup read from the disk
-    awk -v d="$disk" '$1 == d && $2 == "Read" { s += $3 } END { print s + 0 }' \
+    awk -v d="$disk" '$1 == d && $2 == "Read" { s += $3 } END { printf "%.0f\n", s }' \
         "$cg_blk/$1/blkio.throttle.io_service_bytes"
 }
 cg_remove_all() { # kills what is left in our cgroups, then removes them

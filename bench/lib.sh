@@ -47,12 +47,12 @@ make_content() {
 # and localhost signed by it (DIR/cert.pem, DIR/key.pem).
 make_test_cert() {
     local d=$1
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=bench test CA" \
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=bench test CA" \
         -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
         -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
     printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$d/ext.cnf"
-    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
         -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
 }
 
