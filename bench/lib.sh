@@ -17,18 +17,21 @@ build_linerate() {
 }
 
 # start_work: a scratch directory in `work`, and an exit trap that stops every PID
-# appended to `pids` and removes the directory.
+# appended to `pids`, then runs the script's `on_exit` function if it defines one,
+# and removes the directory. INT, TERM and HUP exit through the same trap.
 start_work() {
     work=$(mktemp -d)
     pids=()
-    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true
+          [ "$(type -t on_exit)" != function ] || on_exit; rm -rf "$work"' EXIT
+    trap 'exit 130' INT TERM HUP
 }
 
-# make_content DIR FILES MIB [PREFIX]: FILES random files of MIB MiB (PREFIX1.bin ...,
-# PREFIX defaulting to f), kept across runs when their size is right, and read once
-# into the page cache.
+# make_content DIR FILES MIB [PREFIX] [WARM]: FILES random files of MIB MiB (PREFIX1.bin
+# ..., PREFIX defaulting to f), kept across runs when their size is right, and read
+# once into the page cache (unless WARM is 0).
 make_content() {
-    local dir=$1 files=$2 mib=$3 prefix=${4:-f} size i f
+    local dir=$1 files=$2 mib=$3 prefix=${4:-f} warm=${5:-1} size i f
     mkdir -p "$dir"
     size=$((mib * 1024 * 1024))
     for i in $(seq 1 "$files"); do
@@ -36,8 +39,21 @@ make_content() {
         if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$size" ]; then
             head -c "$size" /dev/urandom > "$f"
         fi
-        cat "$f" > /dev/null
+        [ "$warm" = 0 ] || cat "$f" > /dev/null
     done
+}
+
+# make_test_cert DIR: a test CA (DIR/ca.pem) and a server certificate for 127.0.0.1
+# and localhost signed by it (DIR/cert.pem, DIR/key.pem).
+make_test_cert() {
+    local d=$1
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=bench test CA" \
+        -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+        -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$d/ext.cnf"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
+        -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
 }
 
 # write_range_lua FILE FILES: a wrk script asking `Range: bytes=0-2097151` of the next
@@ -66,6 +82,9 @@ proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] 
 
 # Busy ticks of the whole machine: user nice system irq softirq steal.
 machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+
+# "busy total" ticks of the whole machine (busy as in machine_busy).
+machine_ticks() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat; }
 
 # median of the numbers on stdin.
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -124,4 +143,91 @@ http {
 $servers
 }
 NGINX
+}
+
+# wait_port PORT: up to 10 s for 127.0.0.1:PORT to accept connections.
+wait_port() {
+    for _ in $(seq 1 200); do
+        python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# Servers under test, one at a time: start_nginx PROTOCOL [DIRECTIVES] and
+# start_linerate PROTOCOL set `server_pid` (also appended to `pids`) and `base`, the
+# URL to fetch from; stop_server stops it. They serve `dir` with `workers` workers,
+# HTTPS with make_test_cert's files in `work`, and start the server through the
+# command prefix in `server_wrap` (empty: directly). DIRECTIVES go into nginx's
+# `server { }` block.
+server_wrap=()
+server_pid=""
+start_nginx() {
+    local port listen
+    port=$(free_port)
+    listen="listen 127.0.0.1:$port reuseport;"
+    [ "$1" = https ] && listen="listen 127.0.0.1:$port ssl reuseport; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
+    write_nginx_conf "$work/nginx" "$workers" 19000 12000 "    server { $listen root $dir; ${2:-} }"
+    "${server_wrap[@]}" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
+    server_pid=$!
+    pids+=("$server_pid")
+    wait_port "$port" || { echo "nginx did not start" >&2; return 1; }
+    base="$1://127.0.0.1:$port/"
+}
+start_linerate() {
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn)
+    if [ "$1" = https ]; then
+        grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
+            { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }
+        args+=(--listen 127.0.0.1:0 --tls-listen "127.0.0.1:$(free_port)" --cert "$work/cert.pem" --key "$work/key.pem")
+    else
+        args+=(--listen 127.0.0.1:0)
+    fi
+    "${server_wrap[@]}" "$bin" "${args[@]}" > "$work/linerate.out" &
+    server_pid=$!
+    pids+=("$server_pid")
+    for _ in $(seq 1 200); do
+        grep -q "^listening $1://" "$work/linerate.out" 2>/dev/null && break
+        sleep 0.05
+    done
+    base="$(sed -n "s|^listening \($1://.*\)|\1|p" "$work/linerate.out" | head -1)/"
+    [ "$base" != "/" ] || { echo "linerate did not start" >&2; return 1; }
+}
+stop_server() {
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+}
+
+# print_results FILE ROUNDS KEYS HEADER [JSON]: FILE has one run per line, fields
+# separated by spaces, the first KEYS of them naming what was measured (protocol,
+# server...), the others numbers; HEADER names the columns, separated by `|`. Prints
+# a markdown table of every run and, with ROUNDS > 1, a second one with each
+# column's median per key. With JSON, also writes both there ({"runs", "medians"}).
+print_results() {
+    python3 - "$@" <<'PY'
+import json, statistics, sys
+path, rounds, keys, header = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split("|")
+rows = [line.split() for line in open(path) if line.strip()]
+def table(rows):
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+print()
+table(rows)
+groups = {}
+for r in rows:
+    groups.setdefault(tuple(r[:keys]), []).append([float(x) for x in r[keys:]])
+medians = [list(k) + ["%.5g" % statistics.median(c) for c in zip(*v)] for k, v in groups.items()]
+if rounds > 1:
+    print()
+    print("Medians of %d rounds:" % rounds)
+    print()
+    table(medians)
+if len(sys.argv) > 5:
+    as_obj = lambda r: {h: (v if i < keys else float(v)) for i, (h, v) in enumerate(zip(header, r))}
+    with open(sys.argv[5], "w") as f:
+        json.dump({"runs": [as_obj(r) for r in rows], "medians": [as_obj(r) for r in medians]}, f, indent=2)
+        f.write("\n")
+PY
 }

@@ -67,59 +67,7 @@ make_content "$dir" "$titles" "$title_mib" title
 file_list=$(seq -f "title%g.bin" -s , 1 "$titles")
 
 # --- certificates: a test CA and a server certificate for 127.0.0.1 ----------------
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=qoe test CA" \
-    -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-    -keyout "$work/key.pem" -out "$work/server.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$work/ext.cnf"
-openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
-    -extfile "$work/ext.cnf" -out "$work/cert.pem" 2>/dev/null
-
-wait_port() {
-    for _ in $(seq 1 200); do
-        python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 0.2)" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
-# --- servers ---------------------------------------------------------------------
-server_pid=""
-start_nginx() { # protocol
-    local port listen
-    port=$(free_port)
-    listen="listen 127.0.0.1:$port reuseport;"
-    [ "$1" = https ] && listen="listen 127.0.0.1:$port ssl reuseport; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
-    write_nginx_conf "$work/nginx" "$workers" 19000 12000 "    server { $listen root $dir; }"
-    nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
-    server_pid=$!
-    pids+=("$server_pid")
-    wait_port "$port" || { echo "nginx did not start" >&2; return 1; }
-    base="$1://127.0.0.1:$port/"
-}
-start_linerate() { # protocol
-    local args=(serve --root "$dir" --workers "$workers" --log-level warn)
-    if [ "$1" = https ]; then
-        grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
-            { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }
-        args+=(--listen 127.0.0.1:0 --tls-listen "127.0.0.1:$(free_port)" --cert "$work/cert.pem" --key "$work/key.pem")
-    else
-        args+=(--listen 127.0.0.1:0)
-    fi
-    "$bin" "${args[@]}" > "$work/linerate.out" &
-    server_pid=$!
-    pids+=("$server_pid")
-    for _ in $(seq 1 200); do
-        grep -q "^listening $1://" "$work/linerate.out" 2>/dev/null && break
-        sleep 0.05
-    done
-    base="$(sed -n "s|^listening \($1://.*\)|\1|p" "$work/linerate.out" | head -1)/"
-    [ "$base" != "/" ] || { echo "linerate did not start" >&2; return 1; }
-}
-stop_server() {
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-}
+make_test_cert "$work"
 
 # Resident memory of a process and its children, in KiB.
 tree_rss_kib() {
@@ -129,7 +77,6 @@ tree_rss_kib() {
     done
     echo "$t"
 }
-machine_ticks() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat; }
 
 results="$work/results"
 run_one() { # protocol server
@@ -178,27 +125,8 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
-echo
-echo "| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }' "$results"
-if [ "$rounds" -gt 1 ]; then
-    echo
-    echo "Medians of $rounds rounds:"
-    echo
-    python3 - "$results" <<'PY'
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    f = line.split()
-    runs.setdefault((f[0], f[1]), []).append([float(x) for x in f[2:]])
-print("| protocol | server | Gb/s | play delay p50 ms | play delay p99 ms | TTFB p99 ms | rebuffer ratio | errors | server RSS MiB | machine busy % | machine CPU-s | client CPU-s | plays started | plays still starting |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-for (proto, server), rows in runs.items():
-    med = [statistics.median(col) for col in zip(*rows)]
-    print("| %s | %s | %s |" % (proto, server, " | ".join("%.5g" % m for m in med)))
-PY
-fi
+print_results "$results" "$rounds" 2 \
+    "protocol|server|Gb/s|play delay p50 ms|play delay p99 ms|TTFB p99 ms|rebuffer ratio|errors|server RSS MiB|machine busy %|machine CPU-s|client CPU-s|plays started|plays still starting"
 # A run that moved nothing is a broken set-up, not a result.
 if awk '$3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
     echo "a run moved no data" >&2

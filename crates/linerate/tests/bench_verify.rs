@@ -265,3 +265,38 @@ fn bad_input_is_refused_with_a_clear_message() {
         assert!(run.stderr.contains(expect), "{args:?}: expected {expect:?} in {}", run.stderr);
     }
 }
+
+#[test]
+fn hot_titles_ttfb_counts_the_most_popular_titles_only() {
+    let content = catalogue();
+    let server = Server::start(&["--root", &content.root_arg()]);
+    let base = server.url("/");
+    let run_with = |extra: &[&str]| {
+        let mut args = vec![
+            "--base-url",
+            &base,
+            "--files",
+            FILES,
+            "--sessions",
+            "6",
+            "--duration",
+            "1",
+            "--max-rate",
+            "--segment-bytes",
+            "65536",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        bench(&args, Duration::from_secs(30)).json()
+    };
+    let j = run_with(&["--hot-titles", "1"]);
+    assert_eq!(num(&j, "errors_total"), 0.0, "{j:#}");
+    let (hot, all) = (num(&j, "hot_ttfb_ms.count"), num(&j, "ttfb_ms.count"));
+    // a.bin is the most popular title, but not the only one played.
+    assert!(hot > 0.0 && hot < all, "hot {hot} of {all}: {j:#}");
+    assert_eq!(num(&j, "hot_ttfb_p99_ms"), num(&j, "hot_ttfb_ms.p99"));
+    assert_eq!(j["hot_titles"], 1);
+
+    let j = run_with(&[]);
+    assert!(j["hot_ttfb_ms"].is_null() && j["hot_ttfb_p99_ms"].is_null(), "{j:#}");
+}

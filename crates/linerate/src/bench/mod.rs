@@ -115,6 +115,11 @@ pub struct BenchArgs {
     /// Seed for the title choices (runs with the same seed pick the same titles).
     #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
+    /// Also report the TTFB of requests for the N most popular titles (the first N
+    /// listed) on their own (`hot_ttfb_ms`): how the hot content fares while the rest
+    /// of the catalogue loads the server.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    hot_titles: Option<u32>,
     /// Print JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -193,6 +198,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         segment_s: bitrate_bps.map(|_| segment_duration.as_secs_f64()),
         startup_segments: args.startup_segments,
         zipf_exponent: args.zipf,
+        hot_titles: args.hot_titles.map(|n| (n as usize).min(titles)),
     };
 
     let cpu_before = cpu::process_cpu_seconds()?;
@@ -211,6 +217,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         connect_timeout,
         request_timeout,
         seed: args.seed,
+        hot_titles: args.hot_titles.map_or(0, |n| n as usize),
     });
     let lives: Vec<Arc<Live>> = (0..workers).map(|_| Arc::new(Live::default())).collect();
     let mut threads = Vec::with_capacity(workers);

@@ -23,6 +23,8 @@ pub struct Plan {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     pub seed: u64,
+    /// Titles of rank below this count as hot (`--hot-titles`; 0 = none).
+    pub hot_titles: usize,
 }
 
 impl Plan {

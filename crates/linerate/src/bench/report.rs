@@ -3,6 +3,8 @@
 //! JSON keys (the interface scripts rely on): `gbps`, `requests`, `requests_per_s`,
 //! `bytes`, `errors` (an object of counts by kind), `ttfb_ms`, `segment_ms`,
 //! `play_delay_ms` (objects with `p50`, `p90`, `p99`, `max`, `count`),
+//! `hot_ttfb_ms` (the same for the `--hot-titles` most popular titles, null
+//! without that option), `hot_ttfb_p99_ms` (its p99, for scripts),
 //! `rebuffers`, `rebuffer_ratio`, `stall_s`, `watch_s`, `client_cpu_s`,
 //! `client_cpu_s_per_gb`, and `timeline` (one object per second).
 
@@ -60,6 +62,8 @@ pub struct Setup {
     pub segment_s: Option<f64>,
     pub startup_segments: u32,
     pub zipf_exponent: f64,
+    /// `--hot-titles`, at most the catalogue's size.
+    pub hot_titles: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -77,6 +81,8 @@ pub struct Summary {
     pub ttfb_ms: Percentiles,
     pub segment_ms: Percentiles,
     pub play_delay_ms: Percentiles,
+    pub hot_ttfb_ms: Option<Percentiles>,
+    pub hot_ttfb_p99_ms: Option<f64>,
     pub plays_started: u64,
     pub plays_not_started: u64,
     pub rebuffers: u64,
@@ -97,6 +103,7 @@ impl Summary {
         let gb = stats.body_bytes as f64 / 1e9;
         let errors = ERROR_NAMES.iter().zip(stats.errors).map(|(k, v)| (k.to_string(), v.into())).collect();
         let watch_s = stats.watch.as_secs_f64();
+        let hot_ttfb_ms = setup.hot_titles.map(|_| Percentiles::of(&stats.hot_ttfb_usecs));
         let stall_s = stats.stall.as_secs_f64();
         Summary {
             setup,
@@ -111,6 +118,8 @@ impl Summary {
             ttfb_ms: Percentiles::of(&stats.ttfb_usecs),
             segment_ms: Percentiles::of(&stats.segment_usecs),
             play_delay_ms: Percentiles::of(&stats.play_delay_usecs),
+            hot_ttfb_p99_ms: hot_ttfb_ms.as_ref().map(|p| p.p99),
+            hot_ttfb_ms,
             plays_started: stats.plays_started,
             plays_not_started: stats.plays_not_started,
             rebuffers: stats.rebuffers,
@@ -154,8 +163,11 @@ impl Summary {
             let _ = writeln!(o, "first error  {e}");
         }
         let _ = writeln!(o, "{:<14}{:>10}{:>10}{:>10}{:>10}{:>9}", "", "p50", "p90", "p99", "max", "count");
+        let hot = self.hot_ttfb_ms.as_ref().map(|p| ("hot ttfb ms", p));
         for (name, p) in
             [("ttfb ms", &self.ttfb_ms), ("segment ms", &self.segment_ms), ("play delay ms", &self.play_delay_ms)]
+                .into_iter()
+                .chain(hot)
         {
             let _ = writeln!(o, "{name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>9}", p.p50, p.p90, p.p99, p.max, p.count);
         }

@@ -239,7 +239,7 @@ impl Session {
                     let mut stats = ctx.stats.borrow_mut();
                     stats.requests += 1;
                     stats.bucket(plan.since_start(now)).requests += 1;
-                    WorkerStats::record(&mut stats.ttfb_usecs, first_byte.unwrap_or(now) - began);
+                    stats.record_ttfb(title < plan.hot_titles, first_byte.unwrap_or(now) - began);
                     WorkerStats::record(&mut stats.segment_usecs, now - began);
                     ctx.live.add_request();
                     return Ok(now);

@@ -52,6 +52,8 @@ pub struct Bucket {
 /// Everything one worker measured.
 pub struct WorkerStats {
     pub ttfb_usecs: Histogram<u64>,
+    /// TTFB of the requests for hot titles only (`--hot-titles`).
+    pub hot_ttfb_usecs: Histogram<u64>,
     pub segment_usecs: Histogram<u64>,
     pub play_delay_usecs: Histogram<u64>,
     pub requests: u64,
@@ -75,6 +77,7 @@ impl WorkerStats {
     pub fn new(seconds: usize) -> WorkerStats {
         WorkerStats {
             ttfb_usecs: histogram(),
+            hot_ttfb_usecs: histogram(),
             segment_usecs: histogram(),
             play_delay_usecs: histogram(),
             requests: 0,
@@ -103,8 +106,18 @@ impl WorkerStats {
         hist.saturating_record((d.as_micros() as u64).clamp(1, HIST_MAX_USECS));
     }
 
+    /// The time to first byte of a completed request, also counted among the hot
+    /// titles' when its title is one of them.
+    pub fn record_ttfb(&mut self, hot: bool, d: Duration) {
+        WorkerStats::record(&mut self.ttfb_usecs, d);
+        if hot {
+            WorkerStats::record(&mut self.hot_ttfb_usecs, d);
+        }
+    }
+
     pub fn merge(&mut self, other: &WorkerStats) {
         self.ttfb_usecs.add(&other.ttfb_usecs).expect("same bounds");
+        self.hot_ttfb_usecs.add(&other.hot_ttfb_usecs).expect("same bounds");
         self.segment_usecs.add(&other.segment_usecs).expect("same bounds");
         self.play_delay_usecs.add(&other.play_delay_usecs).expect("same bounds");
         self.requests += other.requests;
@@ -191,5 +204,20 @@ mod tests {
         // Past the end lands in the last bucket.
         a.bucket(Duration::from_secs(99)).requests += 1;
         assert_eq!(a.timeline[2].requests, 1);
+    }
+
+    #[test]
+    fn hot_ttfb_counts_only_hot_titles_and_merges() {
+        let mut a = WorkerStats::new(1);
+        let mut b = WorkerStats::new(1);
+        a.record_ttfb(true, Duration::from_millis(2));
+        a.record_ttfb(false, Duration::from_millis(500));
+        b.record_ttfb(true, Duration::from_millis(4));
+        a.merge(&b);
+        assert_eq!(a.ttfb_usecs.len(), 3);
+        assert_eq!(a.hot_ttfb_usecs.len(), 2);
+        // The slow request was for a cold title: it is not among the hot ones.
+        assert!(a.hot_ttfb_usecs.max() < 5_000, "{}", a.hot_ttfb_usecs.max());
+        assert!(a.ttfb_usecs.max() >= 500_000);
     }
 }
