@@ -174,8 +174,8 @@ start_nginx() {
     wait_port "$port" || { echo "nginx did not start" >&2; return 1; }
     base="$1://127.0.0.1:$port/"
 }
-start_linerate() {
-    local args=(serve --root "$dir" --workers "$workers" --log-level warn)
+start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn "${@:2}")
     if [ "$1" = https ]; then
         grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
             { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }
