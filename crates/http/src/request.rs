@@ -183,7 +183,10 @@ impl Request {
             return Err(oversized(buf, limits));
         }
         let target = req.path.unwrap_or("");
-        if target.len() > limits.max_uri_bytes {
+        // The same bound on the request line as while it arrives, so that the answer
+        // does not depend on how the bytes were split across reads.
+        let line = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+        if target.len() > limits.max_uri_bytes || line > limits.max_uri_bytes + 64 {
             return Err(RequestError::UriTooLong);
         }
         self.clear();
@@ -605,6 +608,18 @@ mod tests {
         assert_eq!(r.parse(big_head.as_bytes(), &limits), Err(RequestError::HeadTooLarge));
         let many = "GET / HTTP/1.1\r\nHost: h\r\na: 1\r\nb: 1\r\nc: 1\r\nd: 1\r\n\r\n";
         assert_eq!(r.parse(many.as_bytes(), &limits), Err(RequestError::HeadTooLarge));
+    }
+
+    #[test]
+    fn long_request_line_is_414_however_it_arrives() {
+        // A request line far longer than the URI limit is refused while it is still
+        // arriving; the same line read in one piece must get the same answer, even
+        // when the length is in the method rather than the target.
+        let limits = Limits { max_head_bytes: 1024, max_uri_bytes: 100, max_headers: 4 };
+        let raw = format!("{} / HTTP/1.1\r\nHost: h\r\n\r\n", "A".repeat(300));
+        let mut r = Request::default();
+        assert_eq!(r.parse(&raw.as_bytes()[..200], &limits), Err(RequestError::UriTooLong));
+        assert_eq!(r.parse(raw.as_bytes(), &limits), Err(RequestError::UriTooLong));
     }
 
     #[test]
