@@ -37,16 +37,16 @@
 #          [--disk-mbps MB] [--rounds N] [--protocols "http https"] [--load "paced closed"]
 #          [--sessions N] [--bitrate-mbps R] [--ramp N] [--closed-sessions N]
 #          [--duration S] [--hot-titles N] [--workers N] [--out PATH] [--bin PATH]
-#          [--servers "linerate nginx nginx-aio"] [--drop-below R]
+#          [--servers "linerate nginx nginx-aio"] [--warm]
 #   defaults: 200 titles x 64 MiB in /var/tmp/linerate-cold (created once, reused while
 #             the sizes match), memory cap = catalogue / 8 (1600 MiB), disk 200 MB/s
 #             (megabytes per second; 0 = unthrottled), 3 rounds, HTTP and HTTPS, both
 #             loads, 150 paced sessions at 5 Mb/s ramped 10/s, 32 closed-loop sessions,
 #             60 s per run, hot titles 10, 2 server workers, out target/bench-cold.
-#   --servers which servers to run, in this order each round; `linerate-drop` is
-#             linerate with popularity-aware caching (`fill.drop_below_per_minute = R`,
-#             --drop-below, default 30: a title watched by fewer than about two paced
-#             viewers on a worker is dropped from the page cache after each cold range).
+#   --servers which servers to run, in this order each round.
+#   --warm    the baseline: the catalogue is read into the page cache (by this script,
+#             so its pages are not charged to the server's memory cgroup) before each
+#             run instead of evicted: the same load with everything resident.
 #   --quick   16 titles x 16 MiB, cap 64 MiB, disk 50 MB/s, 1 round, 5 s per run, HTTP,
 #             12 paced sessions ramped 4/s, 8 closed-loop sessions, hot titles 4: a
 #             smoke run that fails on any error.
@@ -63,7 +63,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-servers="linerate nginx nginx-aio" drop_below=30
+servers="linerate nginx nginx-aio" warm=0
 titles=200 title_mib=64 mem_mib="" disk_mbps=200 rounds=3 protocols="http https" loads="paced closed"
 sessions=150 bitrate=5 ramp=10 closed_sessions=32 duration=60 hot=10 workers=2
 dir=/var/tmp/linerate-cold out=target/bench-cold bin="" quick=0
@@ -72,7 +72,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 titles=16 title_mib=16 mem_mib=64 disk_mbps=50 rounds=1 duration=5 protocols=http hot=4 \
             sessions=12 ramp=4 closed_sessions=8 ;;
         --servers) servers=$2; shift ;;
-        --drop-below) drop_below=$2; shift ;;
+        --warm) warm=1 ;;
         --titles) titles=$2; shift ;;
         --title-mib) title_mib=$2; shift ;;
         --dir) dir=$2; shift ;;
@@ -109,7 +109,6 @@ nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx is built without thre
 build_linerate
 
 start_work
-printf '[fill]\ndrop_below_per_minute = %s\n' "$drop_below" > "$work/drop.toml"
 
 # --- catalogue, on a disk ------------------------------------------------------------
 make_content "$dir" "$titles" "$title_mib" title 0
@@ -199,11 +198,14 @@ run_one() { # protocol load server
     local proto=$1 load=$2 server=$3 name
     run_seq=$((run_seq + 1))
     name="linerate-cold-$$-$run_seq"
-    evict_catalogue || exit 1
+    if [ "$warm" = 1 ]; then
+        cat "${catalogue[@]}" > /dev/null
+    else
+        evict_catalogue || exit 1
+    fi
     cg_create "$name"
     case "$server" in
         linerate) start_linerate "$proto" || exit 1 ;;
-        linerate-drop) start_linerate "$proto" --config "$work/drop.toml" || exit 1 ;;
         nginx) start_nginx "$proto" || exit 1 ;;
         nginx-aio) start_nginx "$proto" "aio threads;" || exit 1 ;;
     esac
@@ -249,6 +251,7 @@ PY
 }
 
 {
+    [ "$warm" = 1 ] && echo "WARM baseline: the whole catalogue is in the page cache before each run"
     echo "Cold catalogue: $titles titles x $title_mib MiB (Zipf 1) in $dir; each server capped at $mem_mib MiB of memory, disk $disk reads throttled to $( [ "$disk_mbps" = 0 ] && echo "none" || echo "$disk_mbps MB/s")"
     echo "loads: $loads (paced: $sessions sessions at $bitrate Mb/s, ramp $ramp/s; closed: $closed_sessions sessions); ${duration}s per run; hot = top $hot titles; $workers server workers"
     echo "host: $(nproc) CPUs, $(uname -r)"

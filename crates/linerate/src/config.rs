@@ -385,10 +385,6 @@ pub struct Fill {
     /// Windows read ahead past the end of a range that needed a fill, so a viewer
     /// reading a title in order finds its next segment resident.
     pub readahead_windows: u64,
-    /// Requests per minute (per worker, decayed) below which a file is rare: a
-    /// range of it that needed a fill is dropped from the page cache shortly after
-    /// it is sent. 0 turns it off.
-    pub drop_below_per_minute: f64,
 }
 
 impl Default for Fill {
@@ -400,7 +396,6 @@ impl Default for Fill {
             timeout: Duration::from_secs(10),
             queue_per_disk: 256,
             readahead_windows: 1,
-            drop_below_per_minute: 0.0,
         }
     }
 }
@@ -631,9 +626,6 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
-        if !(f.drop_below_per_minute >= 0.0 && f.drop_below_per_minute <= 1e6) {
-            return bad("fill.drop_below_per_minute", "must be between 0 (off) and 1000000");
-        }
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }

@@ -388,24 +388,3 @@ fn a_viewer_reading_in_order_waits_for_the_disk_once() {
     assert!(waits <= 2.0, "{waits} waits for the disk over six segments read in order");
     assert!(metric_value(&server, "linerate_fill_readahead_total") >= 5.0);
 }
-
-/// With `fill.drop_below_per_minute`, a rarely asked range that needed a fill
-/// leaves the page cache shortly after it is sent.
-#[test]
-fn rare_ranges_are_dropped_after_sending() {
-    let dir = content_on_disk();
-    let path = dir.path().join("rare.bin");
-    std::fs::write(&path, pseudo_random(8 << 20, 9)).unwrap();
-    evict(&path);
-    let config = ConfigFile::new("[fill]\ndrop_below_per_minute = 1000.0\nreadahead_windows = 0\n");
-    let server = Server::start(&["--root", dir.path().to_str().unwrap(), "--config", config.arg()]);
-    let out = common::curl(&["-sS", "-o", "/dev/null", "-r", "0-2097151", &server.url("/rare.bin")]);
-    assert!(out.status.success());
-    let resident = || {
-        let out = std::process::Command::new("fincore").args(["-nb", "-o", "RES"]).arg(&path).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap()
-    };
-    assert!(resident() >= 2 << 20, "the range was read into the page cache");
-    assert!(common::eventually(Duration::from_secs(6), || resident() == 0), "still resident: {}", resident());
-    assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (2 << 20) as f64);
-}

@@ -15,8 +15,6 @@ pub struct Cold {
     pub resident_bytes: u64,
     /// Body bytes that needed a fill from disk first.
     pub filled_bytes: u64,
-    /// Bytes of rarely asked ranges dropped from the page cache after sending.
-    pub dropped_bytes: u64,
     /// `resident / (resident + filled)`, when anything was served.
     pub hit_ratio: Option<f64>,
     /// Fills queued or running now.
@@ -107,7 +105,6 @@ pub fn snapshot(state: &AdminState) -> Cold {
     Cold {
         resident_bytes,
         filled_bytes,
-        dropped_bytes: state.total(|w| w.cold.dropped_bytes.get()),
         hit_ratio: (resident_bytes + filled_bytes > 0)
             .then(|| resident_bytes as f64 / (resident_bytes + filled_bytes) as f64),
         fill_queue_depth: state.fill.as_ref().map_or(0, |p| p.depth.load(std::sync::atomic::Ordering::Relaxed)),

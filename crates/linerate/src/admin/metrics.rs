@@ -98,12 +98,6 @@ impl Workers {
             "Body bytes by where they were when about to be sent: in the page cache (resident) or read by a fill first (filled).",
             &[(&[("source", "resident")], c.resident_bytes), (&[("source", "filled")], c.filled_bytes)],
         )?;
-        counter(
-            e,
-            "linerate_page_cache_dropped_bytes",
-            "Bytes of rarely asked ranges dropped from the page cache after sending (fill.drop_below_per_minute).",
-            &[(&[], c.dropped_bytes)],
-        )?;
         histogram(
             e,
             "linerate_fill_wait_seconds",

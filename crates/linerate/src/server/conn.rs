@@ -423,7 +423,7 @@ impl<T: Transport> Conn<'_, T> {
             },
             Err(e) => return self.send_lookup_error(e, keep_alive).await,
         };
-        self.send_file(file, keep_alive).await
+        self.send_file(&file, keep_alive).await
     }
 
     /// Tries the configured index files in the directory `self.path`; on success
@@ -446,10 +446,8 @@ impl<T: Transport> Conn<'_, T> {
         Ok(None)
     }
 
-    async fn send_file(&mut self, file: Rc<OpenFile>, keep_alive: bool) -> Result<(), SendError> {
+    async fn send_file(&mut self, file: &OpenFile, keep_alive: bool) -> Result<(), SendError> {
         let settings = self.settings;
-        let drop_below = settings.config.fill.drop_below_per_minute;
-        let rare = drop_below > 0.0 && file.popularity.hit(Instant::now()) < drop_below;
         let content_type = settings.content_type(&self.path);
         let info = FileInfo {
             len_bytes: file.stat.size_bytes,
@@ -479,7 +477,7 @@ impl<T: Transport> Conn<'_, T> {
             Body::Empty => self.io.write_all(&self.head, false).await,
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
-                self.send_range(&file, r.first, r.len_bytes(), rare).await
+                self.send_range(file, r.first, r.len_bytes()).await
             }
             Body::Multipart(mp) => {
                 for (i, r) in mp.ranges.iter().enumerate() {
@@ -492,7 +490,7 @@ impl<T: Transport> Conn<'_, T> {
                         self.io.write_all(&self.scratch, true).await?;
                     }
                     self.count_memory_body(self.scratch.len());
-                    self.send_range(&file, r.first, r.len_bytes(), rare).await?;
+                    self.send_range(file, r.first, r.len_bytes()).await?;
                 }
                 mp.write_closing(&mut self.scratch);
                 self.io.write_all(&self.scratch, false).await?;
@@ -502,7 +500,7 @@ impl<T: Transport> Conn<'_, T> {
         };
         if let (Ok(()), Body::Range(r)) = (&sent, &plan.body) {
             if self.worker.page_chooser.choose() {
-                self.sample_page_nodes(&file, r.first, r.len_bytes());
+                self.sample_page_nodes(file, r.first, r.len_bytes());
             }
         }
         sent
@@ -512,21 +510,20 @@ impl<T: Transport> Conn<'_, T> {
     /// the disk: a range that is all in the page cache goes out at once (one
     /// residency check, then the transport); otherwise it goes window by window,
     /// this connection parking on a fill for each window that is missing while
-    /// the next one is read ahead (see `server::fill`). A `rare` file's range that
-    /// needed a fill is dropped from the page cache after it is sent.
-    async fn send_range(&mut self, file: &Rc<OpenFile>, offset: u64, len: u64, rare: bool) -> Result<(), SendError> {
+    /// the next one is read ahead (see `server::fill`).
+    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
             return self.io.send_file(&file.file, offset, len).await;
         };
         let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
         let ready = |at: u64, n: u64| {
-            if pool.is_filling(id, at, n) {
-                return false;
-            }
             let now = Instant::now();
             if file.resident.covers(at, n, window, now) {
                 return true;
+            }
+            if pool.is_filling(id, at, n) {
+                return false;
             }
             let resident = residency::is_resident(&file.file, at, n);
             if resident {
@@ -580,10 +577,6 @@ impl<T: Transport> Conn<'_, T> {
         }
         // A cold title is likely read on: have its next windows ready.
         read_ahead_past(end);
-        if rare {
-            counters.cold.dropped_bytes.add(len);
-            residency::drop_later(file.clone(), offset, len);
-        }
         Ok(())
     }
 

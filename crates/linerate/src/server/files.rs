@@ -40,8 +40,6 @@ pub struct OpenFile {
     pub etag: Vec<u8>,
     /// Windows of it found in the page cache lately (`server::residency`).
     pub resident: super::residency::Memo,
-    /// How often this worker is asked for it.
-    pub popularity: super::residency::Popularity,
     checked_at: std::cell::Cell<Instant>,
 }
 
@@ -133,7 +131,6 @@ impl FileCache {
             file,
             stat,
             resident: Default::default(),
-            popularity: Default::default(),
             checked_at: std::cell::Cell::new(Instant::now()),
         });
         if self.enabled {

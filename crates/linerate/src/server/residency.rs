@@ -18,7 +18,7 @@
 //! Once `cachestat` answers `ENOSYS` the process stops trying it; `EPERM` is per
 //! file, so it is retried, and reported once.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -120,49 +120,6 @@ impl Memo {
     }
 }
 
-/// How often a file is asked for, per worker: requests per minute, decayed
-/// exponentially with a one-minute time constant, so a title's score follows its
-/// audience within minutes. Used to drop rarely watched ranges from the page
-/// cache after sending them (`fill.drop_below_per_minute`), so one pass over a
-/// long-tail title does not evict what everyone watches.
-pub struct Popularity {
-    score: Cell<f64>,
-    at: Cell<Instant>,
-}
-
-impl Default for Popularity {
-    fn default() -> Self {
-        Popularity { score: Cell::new(0.0), at: Cell::new(Instant::now()) }
-    }
-}
-
-const POPULARITY_TAU_SECS: f64 = 60.0;
-
-impl Popularity {
-    /// Counts one request at `now` and returns the rate, per minute, it makes.
-    pub fn hit(&self, now: Instant) -> f64 {
-        let dt = now.saturating_duration_since(self.at.get()).as_secs_f64();
-        let score = self.score.get() * (-dt / POPULARITY_TAU_SECS).exp() + 1.0;
-        self.score.set(score);
-        self.at.set(now);
-        score * 60.0 / POPULARITY_TAU_SECS
-    }
-}
-
-/// How long after sending a rare range its pages are dropped: the socket holds
-/// references to the pages it has not transmitted yet, and the kernel will not
-/// drop a page in use, so waiting lets most of them go.
-pub const DROP_DELAY: Duration = Duration::from_secs(2);
-
-/// Drops `len` bytes of `file` at `offset` from the page cache after
-/// [`DROP_DELAY`] (`POSIX_FADV_DONTNEED`: clean pages no one uses right now).
-pub fn drop_later(file: std::rc::Rc<super::files::OpenFile>, offset: u64, len: u64) {
-    tokio::task::spawn_local(async move {
-        tokio::time::sleep(DROP_DELAY).await;
-        let _ = pagecache::fadvise(file.file.as_fd(), offset, len, pagecache::Advice::DontNeed);
-    });
-}
-
 fn windows(offset: u64, len: u64, window_bytes: u64) -> std::ops::RangeInclusive<u64> {
     offset / window_bytes..=(offset + len.max(1) - 1) / window_bytes
 }
@@ -186,21 +143,6 @@ fn sampled(file: &File, offset: u64, len: u64) -> bool {
 mod tests {
     use super::*;
     use std::io::Write;
-
-    #[test]
-    fn popularity_is_a_decayed_request_rate() {
-        let p = Popularity::default();
-        let t = Instant::now();
-        assert_eq!(p.hit(t), 1.0);
-        // Ten requests a second for a minute: close to 600 a minute...
-        let mut rate = 0.0;
-        for i in 1..=600 {
-            rate = p.hit(t + Duration::from_millis(100 * i));
-        }
-        assert!((370.0..=600.0).contains(&rate), "{rate}");
-        // ...and ten minutes of silence make it rare again.
-        assert!(p.hit(t + Duration::from_secs(660)) < 2.0);
-    }
 
     #[test]
     fn memo_remembers_read_ahead_once() {

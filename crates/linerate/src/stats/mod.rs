@@ -230,8 +230,6 @@ pub struct ColdCounters {
     pub resident_bytes: Counter,
     /// Body bytes that had to be read from disk by a fill first.
     pub filled_bytes: Counter,
-    /// Bytes of rarely asked ranges dropped from the page cache after sending.
-    pub dropped_bytes: Counter,
     /// How long connections waited for fills (one observation per window).
     pub fill_wait_seconds: Histogram,
 }
@@ -241,7 +239,6 @@ impl Default for ColdCounters {
         ColdCounters {
             resident_bytes: Counter::default(),
             filled_bytes: Counter::default(),
-            dropped_bytes: Counter::default(),
             fill_wait_seconds: Histogram::new(buckets::FILL_SECONDS),
         }
     }
