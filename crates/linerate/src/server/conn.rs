@@ -477,7 +477,7 @@ impl<T: Transport> Conn<'_, T> {
             Body::Empty => self.io.write_all(&self.head, false).await,
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
-                self.send_range(file, r.first, r.len_bytes()).await
+                self.send_range(file, r.first, r.len_bytes(), true).await
             }
             Body::Multipart(mp) => {
                 for (i, r) in mp.ranges.iter().enumerate() {
@@ -490,7 +490,7 @@ impl<T: Transport> Conn<'_, T> {
                         self.io.write_all(&self.scratch, true).await?;
                     }
                     self.count_memory_body(self.scratch.len());
-                    self.send_range(file, r.first, r.len_bytes()).await?;
+                    self.send_range(file, r.first, r.len_bytes(), false).await?;
                 }
                 mp.write_closing(&mut self.scratch);
                 self.io.write_all(&self.scratch, false).await?;
@@ -510,8 +510,10 @@ impl<T: Transport> Conn<'_, T> {
     /// the disk: a range that is all in the page cache goes out at once (one
     /// residency check, then the transport); otherwise it goes window by window,
     /// this connection parking on a fill for each window that is missing while
-    /// the next one is read ahead (see `server::fill`).
-    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64) -> Result<(), SendError> {
+    /// the next one is read ahead (see `server::fill`). With `read_on` (a single
+    /// range: a viewer reading in order), the windows after it are read ahead too;
+    /// the parts of a multipart answer are seeks, and are not.
+    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64, read_on: bool) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
             return self.io.send_file(&file.file, offset, len).await;
@@ -546,7 +548,7 @@ impl<T: Transport> Conn<'_, T> {
         if ready(offset, len) {
             counters.cold.resident_bytes.add(len);
             self.io.send_file(&file.file, offset, len).await?;
-            if file.resident.take_ahead(offset, len, window) {
+            if file.resident.take_ahead(offset, len, window) && read_on {
                 read_ahead_past(offset + len);
             }
             return Ok(());
@@ -576,7 +578,9 @@ impl<T: Transport> Conn<'_, T> {
             at = upto;
         }
         // A cold title is likely read on: have its next windows ready.
-        read_ahead_past(end);
+        if read_on {
+            read_ahead_past(end);
+        }
         Ok(())
     }
 
