@@ -69,7 +69,6 @@ pub struct Context {
 }
 
 impl Context {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
         files: FileCache,
@@ -553,7 +552,6 @@ impl<T: Transport> Conn<'_, T> {
             }
             return Ok(());
         }
-        let domain = counters.domain;
         let end = offset + len;
         let mut at = offset;
         while at < end {
@@ -562,11 +560,11 @@ impl<T: Transport> Conn<'_, T> {
                 counters.cold.resident_bytes.add(upto - at);
             } else {
                 if upto < end {
-                    pool.read_ahead(domain, &file.file, id, upto, size);
+                    pool.read_ahead(counters.domain, &file.file, id, upto, size);
                 }
                 file.resident.take_ahead(at, upto - at, window);
                 let started = Instant::now();
-                let filled = pool.fill(domain, &file.file, id, at, size).await;
+                let filled = pool.fill(counters.domain, &file.file, id, at, size).await;
                 counters.cold.fill_wait_seconds.observe(started.elapsed().as_secs_f64());
                 if let Err(e) = filled {
                     tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "{e}");
