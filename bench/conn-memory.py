@@ -10,6 +10,9 @@ reports the growth of the server's VmRSS divided by N:
   tls, tcp only        TCP connected to the HTTPS port, nothing sent
   tls, handshaking     ClientHello sent, the server's answer never read
   tls, established     handshake finished, no request
+  tls, sending         a request for a large file sent, the response never read: the
+                       socket buffers fill and the server holds what it has for the
+                       viewer (most viewers of an overloaded edge are in this state)
 
 Kernel socket buffers are not in the resident set; this is the server's own memory.
 
@@ -32,6 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
+
+
+# Larger than what the kernel lets one connection's socket buffers hold, so the
+# server is still sending when the figure is read.
+BIG_FILE_BYTES = 256 << 20
 
 
 def rss_kib(pid):
@@ -89,6 +97,9 @@ def open_conns(port, n, state, ctx):
             s = t
         elif state == "established":
             s = ctx.wrap_socket(s, server_hostname="localhost")
+        elif state == "sending":
+            s = ctx.wrap_socket(s, server_hostname="localhost")
+            s.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")  # never read
         conns.append(s)
     return conns
 
@@ -109,6 +120,8 @@ def main():
         sys.exit(f"no linerate at {a.bin}: cargo build --release, or pass --bin PATH")
     with tempfile.TemporaryDirectory() as d:
         make_certs(d)
+        with open(f"{d}/big", "wb") as f:
+            f.truncate(BIG_FILE_BYTES)  # sparse: reads as zeros, sealed like any data
         ctx = ssl.create_default_context(cafile=f"{d}/ca.pem")
         print(f"server memory per connection, {a.conns} connections, 2 workers")
         print("| state | server RSS growth MiB | KiB per connection |")
@@ -116,7 +129,8 @@ def main():
         over = []
         for name, tls, state in [("plain, idle", False, "tcp"), ("tls, tcp only", True, "tcp"),
                                  ("tls, handshaking", True, "handshaking"),
-                                 ("tls, established", True, "established")]:
+                                 ("tls, established", True, "established"),
+                                 ("tls, sending", True, "sending")]:
             p, port = start(a.bin, d, tls)
             try:
                 time.sleep(0.5)

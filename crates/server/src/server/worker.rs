@@ -200,51 +200,61 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
         };
         let settings = worker.settings.borrow().clone();
-        let worker = worker.clone();
-        tokio::task::spawn_local(async move {
-            // Counted closed and the slot given back even if the task panics.
-            let _open = OpenConnection { worker: worker.clone(), _permit: permit };
-            match scheme {
-                Scheme::Http => {
-                    let transport = Plain::new(stream, settings.config.timeouts.send);
-                    conn::serve(transport, &worker, &settings, info).await;
-                }
-                Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
-            }
-        });
+        tokio::task::spawn_local(connection(worker.clone(), stream, scheme, settings, info, permit));
+    }
+}
+
+/// One connection's task, from accept to close.
+///
+/// The task's own future stays small: what each phase awaits (plain HTTP; or a TLS
+/// handshake, then HTTP over kernel or user-space TLS) is boxed separately, so a
+/// connection holds the state of the phase it is in, not room for the largest of
+/// all of them at once (inline, they made every task about 11.7 KiB).
+async fn connection(
+    worker: Rc<Worker>,
+    stream: TcpStream,
+    scheme: Scheme,
+    settings: Arc<Settings>,
+    info: conn::ConnInfo,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    // Counted closed and the slot given back even if the task panics.
+    let _open = OpenConnection { worker: worker.clone(), _permit: permit };
+    match scheme {
+        Scheme::Http => {
+            let transport = Plain::new(stream, settings.config.timeouts.send);
+            Box::pin(conn::serve(transport, &worker, &settings, info)).await;
+        }
+        Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
     }
 }
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
-async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
+async fn serve_tls(stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
     let Some(tls) = settings.tls.as_ref() else { return };
-    let counters = &worker.counters;
-    let handshake = handshake::accept(&mut stream, tls.server_config.clone());
-    let established = match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
-        Ok(Ok(est)) => est,
-        Ok(Err(HandshakeError::PlainHttp)) => {
-            counters.error(ErrorKind::BadRequest);
-            let body = "400 Bad Request: plain HTTP was sent to an HTTPS port\n";
-            let response = format!(
-                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
-            crate::transport::close_tcp(stream, true).await;
-            return;
-        }
-        Ok(Err(e)) => {
-            counters.tls_handshake_failures.add(1);
-            tracing::debug!(worker = worker.index, "TLS handshake failed: {e}");
-            return;
-        }
-        Err(_) => {
-            counters.tls_handshake_failures.add(1);
-            counters.error(ErrorKind::Timeout);
-            return;
-        }
+    // Each phase's future is boxed on its own (see `connection`): the handshake's
+    // state is freed before the connection's is allocated.
+    let serving = match Box::pin(handshake(stream, worker, settings, tls)).await {
+        Some((stream, established)) => after_handshake(stream, established, worker, settings, tls, info),
+        None => return,
     };
+    if let Some(serving) = serving {
+        serving.await;
+    }
+}
+
+/// HTTP over the established session: the connection's future, boxed. Not async,
+/// so that the transport built here is not kept in the caller's future as well.
+fn after_handshake<'a>(
+    stream: TcpStream,
+    established: crate::tls::handshake::Established,
+    worker: &'a Worker,
+    settings: &'a Settings,
+    tls: &crate::tls::TlsSettings,
+    info: conn::ConnInfo,
+) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>> {
+    let counters = &worker.counters;
     counters.tls_handshakes.add(1);
     let version = match established.protocol {
         Protocol::Tls12 => linerate_sys::ktls::Version::Tls12,
@@ -258,7 +268,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
-                conn::serve(transport, worker, settings, info).await;
+                Some(Box::pin(conn::serve(transport, worker, settings, info)))
             }
             Err(e) => {
                 counters.tls_handshake_failures.add(1);
@@ -266,12 +276,49 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
                     worker = worker.index,
                     "cannot hand the TLS session to the kernel: {e}; connection closed"
                 );
+                None
             }
         }
     } else {
         counters.usertls_sessions.add(1);
         let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
-        conn::serve(transport, worker, settings, info).await;
+        Some(Box::pin(conn::serve(transport, worker, settings, info)))
+    }
+}
+
+/// The TLS handshake within `timeouts.header`; a client speaking plain HTTP gets a
+/// 400 saying so. `None`: the connection is over (failure counted).
+async fn handshake(
+    mut stream: TcpStream,
+    worker: &Worker,
+    settings: &Settings,
+    tls: &crate::tls::TlsSettings,
+) -> Option<(TcpStream, crate::tls::handshake::Established)> {
+    let counters = &worker.counters;
+    let handshake = handshake::accept(&mut stream, tls.server_config.clone());
+    match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
+        Ok(Ok(est)) => Some((stream, est)),
+        Ok(Err(HandshakeError::PlainHttp)) => {
+            counters.error(ErrorKind::BadRequest);
+            let body = "400 Bad Request: plain HTTP was sent to an HTTPS port\n";
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
+            crate::transport::close_tcp(stream, true).await;
+            None
+        }
+        Ok(Err(e)) => {
+            counters.tls_handshake_failures.add(1);
+            tracing::debug!(worker = worker.index, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            counters.tls_handshake_failures.add(1);
+            counters.error(ErrorKind::Timeout);
+            None
+        }
     }
 }
 
