@@ -91,9 +91,27 @@ pub struct UserTls {
     /// Plaintext held back by `write_all(.., more = true)`.
     held: Vec<u8>,
     buffers: Rc<RecordBuffers>,
-    /// Sealed records the socket has not taken yet; written before anything else.
+    /// Sealed bytes the socket has not taken yet (at most the tail of one record,
+    /// see `send_batch`); written before anything else.
     pending: Vec<u8>,
+    /// Most records the next file batch may hold: what the socket took of the last
+    /// batch it did not take whole, doubling with each batch taken whole.
+    batch_cap: usize,
     body_bytes: u64,
+}
+
+/// A batch of records sealed from a file by `seal_from_file`.
+struct FileBatch {
+    /// Where the data records start (after a KeyUpdate record, if one leads).
+    start: usize,
+    /// Where the last record ends.
+    end: usize,
+    /// Data records in the batch.
+    records: usize,
+    /// Held head bytes at the front of the first record's payload.
+    held: usize,
+    /// File bytes in the batch.
+    read: usize,
 }
 
 /// A record that cannot be opened, and the alert that tells the peer why.
@@ -123,6 +141,7 @@ impl UserTls {
             held: Vec::new(),
             buffers,
             pending: Vec::new(),
+            batch_cap: RECORDS_PER_WRITE,
             body_bytes: 0,
         }
     }
@@ -244,8 +263,8 @@ impl UserTls {
     }
 
     /// Reads up to `records` payload slots' worth of `file` at `offset` (at most
-    /// `len` bytes) into `batch`, after the held head bytes, and seals it. Returns
-    /// the batch's end and the file bytes read.
+    /// `len` bytes) into `batch`, after the held head bytes, and seals it. The held
+    /// bytes stay in `held` until `send_batch` knows their record is kept.
     fn seal_from_file(
         &mut self,
         batch: &mut [u8],
@@ -253,13 +272,12 @@ impl UserTls {
         offset: u64,
         len: u64,
         records: usize,
-    ) -> Result<(usize, usize), SendError> {
+    ) -> Result<FileBatch, SendError> {
         let off = self.sealer.payload_offset();
         let stride = MAX_PAYLOAD + self.sealer.overhead();
         let start = self.start_batch(batch)?;
         let held = self.held.len();
         batch[start + off..start + off + held].copy_from_slice(&self.held);
-        self.held.clear();
         // One iovec per record payload slot (the first after the held bytes),
         // covering at most `len` bytes.
         let mut want = len;
@@ -281,7 +299,50 @@ impl UserTls {
         if read == 0 {
             return Err(SendError::Truncated);
         }
-        Ok((self.seal_batch(batch, start, held + read), read))
+        let end = self.seal_batch(batch, start, held + read);
+        Ok(FileBatch { start, end, records: (held + read).div_ceil(MAX_PAYLOAD), held, read })
+    }
+
+    /// Writes what the socket takes of a file batch now, without waiting, and
+    /// returns the file bytes that are sent or pending.
+    ///
+    /// A socket that takes only part of the batch (full, or short of TCP memory: then
+    /// it takes less than `send_room` promised) keeps the record it stopped in: its
+    /// unsent tail goes to `pending`. The records after it never reached the socket,
+    /// so they are dropped, and the sealer's sequence number goes back by as many:
+    /// the same file bytes are read and sealed again when the socket has room. This
+    /// reuses those records' nonces, which is safe because their ciphertext was
+    /// never written anywhere a peer could see it. A stalled viewer thus holds less
+    /// than one record, where keeping the whole remainder held up to a batch
+    /// (256 KiB). The next batch is then no larger than what the socket took, so
+    /// little sealing is thrown away.
+    fn send_batch(&mut self, batch: &[u8], b: &FileBatch) -> Result<usize, SendError> {
+        let stride = MAX_PAYLOAD + self.sealer.overhead();
+        let mut done = 0;
+        while done < b.end {
+            match self.stream.try_write(&batch[done..b.end]) {
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Data records the socket took at least a byte of (a KeyUpdate record in
+        // front is always kept: the sealer has switched keys after it).
+        let kept = if done <= b.start { 0 } else { ((done - b.start - 1) / stride + 1).min(b.records) };
+        let kept_end = if kept == b.records { b.end } else { b.start + kept * stride };
+        self.pending.extend_from_slice(&batch[done..kept_end]);
+        self.sealer.rewind((b.records - kept) as u64);
+        self.batch_cap = if kept == b.records {
+            (self.batch_cap * 2).min(RECORDS_PER_WRITE)
+        } else {
+            kept.max(1)
+        };
+        if kept == 0 {
+            return Ok(0);
+        }
+        self.held.clear();
+        Ok(if kept == b.records { b.read } else { kept * MAX_PAYLOAD - b.held })
     }
 
     /// Fills up to [`RECORDS_PER_WRITE`] payload slots of `batch` from `sources`, in
@@ -385,17 +446,19 @@ impl Transport for UserTls {
         let stride = MAX_PAYLOAD + self.sealer.overhead();
         while len > 0 {
             self.flush_pending().await?;
-            let records = self.batch_records(stride);
+            let records = self.batch_records(stride).min(self.batch_cap);
             let mut batch = self.buffers.take();
-            let result = self.seal_from_file(&mut batch, file, offset, len, records).and_then(|(end, read)| {
-                self.write_now(&batch[..end])?;
-                Ok(read)
-            });
+            let result =
+                self.seal_from_file(&mut batch, file, offset, len, records).and_then(|b| self.send_batch(&batch, &b));
             self.buffers.give(batch);
-            let read = result?;
-            offset += read as u64;
-            len -= read as u64;
-            self.body_bytes += read as u64;
+            let sent = result?;
+            if sent == 0 && self.pending.is_empty() {
+                // The socket took nothing: wait for room before sealing again.
+                socket::wait_writable(&self.stream, self.send_timeout).await?;
+            }
+            offset += sent as u64;
+            len -= sent as u64;
+            self.body_bytes += sent as u64;
         }
         self.flush_pending().await
     }
