@@ -234,8 +234,16 @@ async fn connection(
 async fn serve_tls(stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
     let Some(tls) = settings.tls.as_ref() else { return };
     // Each phase's future is boxed on its own (see `connection`): the handshake's
-    // state is freed before the connection's is allocated.
-    let serving = match Box::pin(handshake(stream, worker, settings, tls)).await {
+    // state is allocated when the client's first bytes arrive, and freed before the
+    // connection's is allocated.
+    let deadline = tokio::time::Instant::now() + settings.config.timeouts.header;
+    // Boxed: the timer is only needed until then, and inline it would make every
+    // connection's task larger.
+    if Box::pin(tokio::time::timeout_at(deadline, stream.readable())).await.is_err() {
+        handshake_timed_out(worker);
+        return;
+    }
+    let serving = match Box::pin(handshake(stream, worker, settings, tls, deadline)).await {
         Some((stream, established)) => after_handshake(stream, established, worker, settings, tls, info),
         None => return,
     };
@@ -286,17 +294,23 @@ fn after_handshake<'a>(
     }
 }
 
-/// The TLS handshake within `timeouts.header`; a client speaking plain HTTP gets a
-/// 400 saying so. `None`: the connection is over (failure counted).
+fn handshake_timed_out(worker: &Worker) {
+    worker.counters.tls_handshake_failures.add(1);
+    worker.counters.error(ErrorKind::Timeout);
+}
+
+/// The TLS handshake, done by `deadline`; a client speaking plain HTTP gets a 400
+/// saying so. `None`: the connection is over (failure counted).
 async fn handshake(
     mut stream: TcpStream,
     worker: &Worker,
     settings: &Settings,
     tls: &crate::tls::TlsSettings,
+    deadline: tokio::time::Instant,
 ) -> Option<(TcpStream, crate::tls::handshake::Established)> {
     let counters = &worker.counters;
     let handshake = handshake::accept(&mut stream, tls.server_config.clone());
-    match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
+    match tokio::time::timeout_at(deadline, handshake).await {
         Ok(Ok(est)) => Some((stream, est)),
         Ok(Err(HandshakeError::PlainHttp)) => {
             counters.error(ErrorKind::BadRequest);
@@ -306,7 +320,7 @@ async fn handshake(
                 body.len()
             );
             let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
-            crate::transport::close_tcp(stream, true).await;
+            crate::transport::close_tcp(&mut stream, true).await;
             None
         }
         Ok(Err(e)) => {
@@ -315,8 +329,7 @@ async fn handshake(
             None
         }
         Err(_) => {
-            counters.tls_handshake_failures.add(1);
-            counters.error(ErrorKind::Timeout);
+            handshake_timed_out(worker);
             None
         }
     }
@@ -387,4 +400,51 @@ impl Drop for OpenConnection {
 
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Transport;
+
+    /// The size of the future `f` returns, without calling it.
+    fn task_size<F>(
+        _: fn(Rc<Worker>, TcpStream, Scheme, Arc<Settings>, conn::ConnInfo, tokio::sync::OwnedSemaphorePermit) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn serve_size<'a, T: Transport, F>(
+        _: impl FnOnce(T, &'a conn::Context, &'a Settings, conn::ConnInfo) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn handshake_size<'a, F>(
+        _: impl FnOnce(TcpStream, &'a Worker, &'a Settings, &'a crate::tls::TlsSettings, tokio::time::Instant) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// What every open connection carries is its task's future plus the boxed
+    /// future of the phase it is in (see `connection`). These bounds keep them
+    /// from growing back unnoticed (bench/conn-memory.py measures the whole).
+    #[test]
+    fn connection_futures_stay_small() {
+        let task = task_size(connection);
+        let plain = serve_size(conn::serve::<Plain>);
+        let user_tls = serve_size(conn::serve::<UserTls>);
+        let ktls = serve_size(conn::serve::<Ktls>);
+        let handshake = handshake_size(handshake);
+        println!(
+            "task {task}, handshake {handshake}, plain {plain}, user-space TLS {user_tls}, kernel TLS {ktls} bytes"
+        );
+        assert!(task <= 320, "connection task: {task} bytes");
+        assert!(handshake <= 3072, "handshake: {handshake} bytes");
+        for (name, size, max) in
+            [("plain", plain, 1536), ("user-space TLS", user_tls, 3072), ("kernel TLS", ktls, 1536)]
+        {
+            assert!(size <= max, "{name}: {size} bytes, more than {max}");
+        }
+    }
 }

@@ -4,7 +4,6 @@ use std::fs::File;
 use std::io;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::{socket, SendError, Transport};
@@ -25,7 +24,14 @@ impl Transport for Plain {
     const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Plain;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        self.stream.read_buf(buf).await
+        loop {
+            self.stream.readable().await?;
+            super::read_room(buf);
+            match self.stream.try_read_buf(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
     }
 
     async fn write_all(&mut self, bytes: &[u8], more: bool) -> Result<(), SendError> {
@@ -40,7 +46,7 @@ impl Transport for Plain {
         self.body_bytes
     }
 
-    async fn close(self, linger: bool) {
-        socket::close(self.stream, linger).await
+    async fn close(&mut self, linger: bool) {
+        socket::close(&mut self.stream, linger).await
     }
 }

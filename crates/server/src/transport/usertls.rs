@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::{socket, SendError, Transport};
@@ -39,6 +38,8 @@ const MAX_RECORD: usize = MAX_PAYLOAD + 29;
 const BATCH_BYTES: usize = RECORDS_PER_WRITE * MAX_RECORD + 64;
 /// Idle batch buffers a worker keeps.
 const POOL_MAX: usize = 256;
+/// Receive buffer for a record whose header has not arrived: a request in one record.
+const RX_FIRST_READ_BYTES: usize = 2048;
 
 /// A worker's pool of batch buffers, shared by its user-space TLS connections.
 #[derive(Default)]
@@ -179,6 +180,9 @@ impl UserTls {
             }
         }
         self.rx.drain(..consumed);
+        if self.rx.is_empty() {
+            self.rx = Vec::new();
+        }
         Ok(appended)
     }
 
@@ -333,11 +337,7 @@ impl UserTls {
         let kept_end = if kept == b.records { b.end } else { b.start + kept * stride };
         self.pending.extend_from_slice(&batch[done..kept_end]);
         self.sealer.rewind((b.records - kept) as u64);
-        self.batch_cap = if kept == b.records {
-            (self.batch_cap * 2).min(RECORDS_PER_WRITE)
-        } else {
-            kept.max(1)
-        };
+        self.batch_cap = if kept == b.records { (self.batch_cap * 2).min(RECORDS_PER_WRITE) } else { kept.max(1) };
         if kept == 0 {
             return Ok(0);
         }
@@ -405,11 +405,19 @@ impl Transport for UserTls {
             if self.peer_closed {
                 return Ok(0);
             }
-            if self.rx.capacity() - self.rx.len() < 2048 {
-                self.rx.reserve(8192);
-            }
-            if self.stream.read_buf(&mut self.rx).await? == 0 {
-                return Ok(0);
+            // Room is made once bytes are there, and only as much as the record
+            // being received needs: an idle connection holds no receive buffer.
+            self.stream.readable().await?;
+            let want = match self.opener.record_len(&self.rx) {
+                Ok(Some(len)) => len.saturating_sub(self.rx.len()).max(1),
+                _ => RX_FIRST_READ_BYTES,
+            };
+            self.rx.reserve(want);
+            match self.stream.try_read_buf(&mut self.rx) {
+                Ok(0) => return Ok(0),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -472,8 +480,8 @@ impl Transport for UserTls {
         self.protocol == Protocol::Tls12 && self.sealer.seq() >= self.rekey_at - self.rekey_at / 8
     }
 
-    async fn close(mut self, linger: bool) {
+    async fn close(&mut self, linger: bool) {
         self.send_alert(control::CLOSE_NOTIFY);
-        socket::close(self.stream, linger).await
+        socket::close(&mut self.stream, linger).await
     }
 }
