@@ -7,8 +7,12 @@
 //! becomes the start of the first record's payload, so head and body share a record
 //! as they share a segment on the plain path. Batch buffers come from a per-worker
 //! pool ([`RecordBuffers`]): no allocation per request once the pool is warm.
+//! A socket that takes only part of a batch leaves the connection holding at most
+//! the unsent tail of one record; the records after it are dropped unsent and
+//! sealed again later (`send_batch`).
 //!
-//! The read path opens records in a per-connection buffer and hands the plaintext
+//! The read path opens records in a receive buffer that exists only while a record
+//! is arriving (an idle connection holds none) and hands the plaintext
 //! to the HTTP layer. Alerts end the stream (close_notify) or the connection;
 //! a TLS 1.3 KeyUpdate switches the receive key, and if the peer asks, a KeyUpdate
 //! of ours goes out before the next application data, followed by our new key.
@@ -22,6 +26,7 @@ use std::time::Duration;
 
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::{socket, SendError, Transport};
@@ -95,10 +100,70 @@ pub struct UserTls {
     /// Sealed bytes the socket has not taken yet (at most the tail of one record,
     /// see `send_batch`); written before anything else.
     pending: Vec<u8>,
-    /// Most records the next file batch may hold: what the socket took of the last
-    /// batch it did not take whole, doubling with each batch taken whole.
-    batch_cap: usize,
+    /// How many records the next file batch may hold.
+    sizer: BatchSizer,
+    /// The socket took all of the last file batch.
+    last_taken_whole: bool,
     body_bytes: u64,
+    /// Records sealed, then dropped unsent (see `send_batch`).
+    #[cfg(test)]
+    dropped_records: u64,
+}
+
+/// How many records a connection's next file batch may hold, learnt from what its
+/// socket takes. `send_room` is exact while TCP memory is plentiful; under memory
+/// pressure or `TCP_NOTSENT_LOWAT` the socket takes less, and every record it
+/// refuses is sealed twice (see `UserTls::send_batch`). So after a partial write
+/// the cap is what that write took, and it is raised by one record at a time, each
+/// raise after a run of batches taken whole with room left; a raise the socket
+/// refuses doubles the run required before the next (up to 64), so a socket that
+/// never takes more costs a few dropped records, not one every other batch.
+struct BatchSizer {
+    cap: usize,
+    /// Batches to see taken whole, with room left, before the next raise.
+    probe_after: u32,
+    streak: u32,
+    /// The cap was just raised: the next batch tells whether that was too much.
+    probing: bool,
+}
+
+const MAX_PROBE_AFTER: u32 = 64;
+
+impl BatchSizer {
+    fn new() -> BatchSizer {
+        BatchSizer { cap: RECORDS_PER_WRITE, probe_after: 1, streak: 0, probing: false }
+    }
+
+    /// Whether a partial write has limited the batches.
+    fn limited(&self) -> bool {
+        self.cap < RECORDS_PER_WRITE
+    }
+
+    /// The socket took the last batch whole, or only `records` whole records of it.
+    fn taken(&mut self, whole: bool, records: usize) {
+        if whole {
+            if self.probing {
+                self.probe_after = (self.probe_after / 2).max(1);
+            }
+        } else {
+            if self.probing {
+                self.probe_after = (self.probe_after * 2).min(MAX_PROBE_AFTER);
+            }
+            self.streak = 0;
+            self.cap = records.clamp(1, RECORDS_PER_WRITE);
+        }
+        self.probing = false;
+    }
+
+    /// After a batch taken whole, the socket still has room.
+    fn room_after_whole(&mut self) {
+        self.streak += 1;
+        if self.streak >= self.probe_after && self.cap < RECORDS_PER_WRITE {
+            self.cap += 1;
+            self.streak = 0;
+            self.probing = true;
+        }
+    }
 }
 
 /// A batch of records sealed from a file by `seal_from_file`.
@@ -142,8 +207,11 @@ impl UserTls {
             held: Vec::new(),
             buffers,
             pending: Vec::new(),
-            batch_cap: RECORDS_PER_WRITE,
+            sizer: BatchSizer::new(),
+            last_taken_whole: true,
             body_bytes: 0,
+            #[cfg(test)]
+            dropped_records: 0,
         }
     }
 
@@ -337,7 +405,14 @@ impl UserTls {
         let kept_end = if kept == b.records { b.end } else { b.start + kept * stride };
         self.pending.extend_from_slice(&batch[done..kept_end]);
         self.sealer.rewind((b.records - kept) as u64);
-        self.batch_cap = if kept == b.records { (self.batch_cap * 2).min(RECORDS_PER_WRITE) } else { kept.max(1) };
+        #[cfg(test)]
+        {
+            self.dropped_records += (b.records - kept) as u64;
+        }
+        // After a partial write, offer what this one took (`send_file` offers more
+        // once the socket shows room beyond a batch taken whole).
+        self.last_taken_whole = kept == b.records;
+        self.sizer.taken(self.last_taken_whole, done.saturating_sub(b.start) / stride);
         if kept == 0 {
             return Ok(0);
         }
@@ -454,7 +529,22 @@ impl Transport for UserTls {
         let stride = MAX_PAYLOAD + self.sealer.overhead();
         while len > 0 {
             self.flush_pending().await?;
-            let records = self.batch_records(stride).min(self.batch_cap);
+            if self.sizer.limited() {
+                // The socket has been taking batches only in part. Is there room now
+                // (the kernel's own test)? If the last batch went whole and there is
+                // still room, the sizer may offer more; if there is none, wait rather
+                // than seal records the socket would refuse (clearing the runtime's
+                // stale readiness first, so that the wait is real).
+                if linerate_sys::tcp::is_writable(self.stream.as_fd())? {
+                    if self.last_taken_whole {
+                        self.sizer.room_after_whole();
+                    }
+                } else {
+                    let _ = self.stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+                    socket::wait_writable(&self.stream, self.send_timeout).await?;
+                }
+            }
+            let records = self.batch_records(stride).min(self.sizer.cap);
             let mut batch = self.buffers.take();
             let result =
                 self.seal_from_file(&mut batch, file, offset, len, records).and_then(|b| self.send_batch(&batch, &b));
@@ -483,5 +573,103 @@ impl Transport for UserTls {
     async fn close(&mut self, linger: bool) {
         self.send_alert(control::CLOSE_NOTIFY);
         socket::close(&mut self.stream, linger).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::handshake;
+
+    #[test]
+    fn batch_sizer_backs_off_raises_the_socket_refuses() {
+        let mut s = BatchSizer::new();
+        assert!(!s.limited());
+        s.taken(false, 3);
+        assert_eq!(s.cap, 3);
+        // A socket that takes one record per write, however much room it shows:
+        // every raise to two is refused, and raises come ever more rarely.
+        s.taken(false, 1);
+        let mut raises = 0;
+        for _ in 0..1000 {
+            s.room_after_whole();
+            if s.cap == 2 {
+                raises += 1;
+                s.taken(false, 1);
+            } else {
+                s.taken(true, 1);
+            }
+        }
+        assert!((5..=25).contains(&raises), "{raises} refused raises in 1000 batches");
+        // A socket with room again: the cap climbs back to a full batch.
+        for _ in 0..100 {
+            s.room_after_whole();
+            s.taken(true, s.cap);
+        }
+        assert_eq!(s.cap, RECORDS_PER_WRITE);
+        assert!(!s.limited());
+    }
+    use crate::tls::testing::{configs, ALL_SUITES};
+    use std::io::{Read, Write};
+
+    /// A client reading slowly through a small receive buffer, and a socket that takes
+    /// less than its free buffer space, make many batches go out only in part. The records dropped unsent and sealed again must
+    /// still make one intact stream, for every suite (TLS 1.2 AES-GCM also carries
+    /// the sequence number in each record's explicit nonce).
+    #[test]
+    fn batches_taken_in_part_are_resealed_into_an_intact_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let path = dir.path().join("f");
+        std::fs::write(&path, &data).unwrap();
+        for &(suite, _) in ALL_SUITES {
+            let (server_config, client_config) = configs(suite);
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let client = std::thread::spawn(move || {
+                let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+                sock.set_recv_buffer_size(16 * 1024).unwrap();
+                sock.connect(&addr.into()).unwrap();
+                let sock: std::net::TcpStream = sock.into();
+                sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let conn = rustls::ClientConnection::new(client_config, "localhost".try_into().unwrap()).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, sock);
+                tls.flush().unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    match tls.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                        Err(e) => panic!("client read: {e}"),
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                got
+            });
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let dropped = rt.block_on(async {
+                let (sock, _) = listener.accept().unwrap();
+                sock.set_nonblocking(true).unwrap();
+                // The socket stops taking bytes once 16 KiB are unsent, well before
+                // its buffer is full (SO_SNDBUF minus SIOCOUTQ), as under TCP memory
+                // pressure or with `tcp.notsent_lowat_bytes`.
+                linerate_sys::tcp::set_notsent_lowat(sock.as_fd(), 16 * 1024).unwrap();
+                let mut stream = TcpStream::from_std(sock).unwrap();
+                let est = handshake::accept(&mut stream, server_config).await.unwrap();
+                let mut t = UserTls::new(stream, est, Duration::from_secs(20), Rc::new(RecordBuffers::default()));
+                let file = File::open(&path).unwrap();
+                t.write_all(b"head:", true).await.unwrap();
+                t.send_file(&file, 0, data.len() as u64).await.unwrap();
+                t.close(false).await;
+                t.dropped_records
+            });
+            let got = client.join().unwrap();
+            assert_eq!(&got[..5], b"head:", "{suite:?}");
+            assert!(got[5..] == data[..], "{suite:?}: {} bytes arrived, other than sent", got.len() - 5);
+            println!("{suite:?}: {dropped} records dropped and sealed again");
+            assert!(dropped > 0, "{suite:?}: no batch was taken in part, so this run proves nothing");
+        }
     }
 }
