@@ -580,6 +580,8 @@ impl Transport for UserTls {
 mod tests {
     use super::*;
     use crate::tls::handshake;
+    use crate::tls::testing::{configs, ALL_SUITES};
+    use std::io::{Read, Write};
 
     #[test]
     fn batch_sizer_backs_off_raises_the_socket_refuses() {
@@ -609,13 +611,12 @@ mod tests {
         assert_eq!(s.cap, RECORDS_PER_WRITE);
         assert!(!s.limited());
     }
-    use crate::tls::testing::{configs, ALL_SUITES};
-    use std::io::{Read, Write};
 
-    /// A client reading slowly through a small receive buffer, and a socket that takes
-    /// less than its free buffer space, make many batches go out only in part. The records dropped unsent and sealed again must
-    /// still make one intact stream, for every suite (TLS 1.2 AES-GCM also carries
-    /// the sequence number in each record's explicit nonce).
+    /// A client reading slowly through a small receive buffer, and a socket that
+    /// takes less than its free buffer space, make many batches go out only in part.
+    /// The records dropped unsent and sealed again must still make one intact
+    /// stream, for every suite (TLS 1.2 AES-GCM also carries the sequence number in
+    /// each record's explicit nonce).
     #[test]
     fn batches_taken_in_part_are_resealed_into_an_intact_stream() {
         let dir = tempfile::tempdir().unwrap();
