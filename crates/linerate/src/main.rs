@@ -73,6 +73,10 @@ struct ServeArgs {
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     #[arg(long)]
     debug_headers: bool,
+    /// Append an access-log record per response to FILE (JSON lines; `[access_log]`
+    /// in the config file for the format and sampling).
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<PathBuf>,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -116,6 +120,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin: args.admin,
         no_admin: args.no_admin,
         debug_headers: args.debug_headers,
+        access_log: args.access_log,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {

@@ -72,6 +72,8 @@ pub struct Config {
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
     pub dim: crate::tune::moderation::DimConfig,
     pub log: Log,
+    /// One record per response, written off the workers (`[access_log]`).
+    pub access_log: AccessLog,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
 }
@@ -107,6 +109,7 @@ impl Default for Config {
             fill: Fill::default(),
             dim: Default::default(),
             log: Log::default(),
+            access_log: AccessLog::default(),
             mime: BTreeMap::new(),
         }
     }
@@ -422,6 +425,40 @@ impl Default for Log {
     }
 }
 
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// nginx's `combined` format, so pipelines that parse it read it unchanged.
+    Combined,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// The file records are appended to; unset or `"off"`: no access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+    /// Log one response in this many (1: every response).
+    pub sample: u64,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog { path: None, format: AccessLogFormat::Json, sample: 1 }
+    }
+}
+
+impl AccessLog {
+    /// The file to write, or None when logging is off.
+    pub fn file(&self) -> Option<&Path> {
+        self.path.as_deref().filter(|p| *p != Path::new("off"))
+    }
+}
+
 /// Values given on the command line; each replaces the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -435,6 +472,7 @@ pub struct Overrides {
     pub admin: Option<SocketAddr>,
     pub no_admin: bool,
     pub debug_headers: bool,
+    pub access_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -494,6 +532,9 @@ impl Config {
         }
         if overrides.debug_headers {
             config.debug_headers = true;
+        }
+        if let Some(path) = &overrides.access_log {
+            config.access_log.path = Some(path.clone());
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
@@ -626,6 +667,12 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
+        range("access_log.sample", self.access_log.sample, 1, 1 << 32)?;
+        if let Some(path) = self.access_log.file() {
+            if path.as_os_str().is_empty() || path.is_dir() {
+                return bad("access_log.path", format!("{:?} is not a file path (or \"off\")", path.display()));
+            }
+        }
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }

@@ -87,7 +87,13 @@ async fn serve_mock(root: &Path, mut config: Config, input: &[&[u8]], eof: bool)
         Context::new(0, FileCache::new(c.entries, c.valid), counters.clone(), None, Chooser::new(0.0, 1), vec![], 7);
     let seen = Rc::new(Seen::default());
     let io = Mock { input: input.iter().map(|c| c.to_vec()).collect(), eof, seen: seen.clone(), body_bytes: 0 };
-    serve(io, &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io,
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     Run { out, linger: seen.closed.get(), counters }
 }
@@ -209,11 +215,23 @@ async fn a_file_that_shrank_mid_response_closes_the_connection() {
         seen: seen.clone(),
         body_bytes: 0,
     };
-    serve(io(), &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("b")).unwrap();
     f.set_len(3).unwrap();
     seen.out.borrow_mut().clear();
-    serve(io(), &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     assert!(out.contains("Content-Length: 10\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\n012"), "exactly the bytes the file still had: {out}");
