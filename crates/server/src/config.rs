@@ -70,7 +70,7 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: crate::tune::moderation::DimConfig,
+    pub dim: DimConfig,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -396,6 +396,30 @@ impl Default for Fill {
             timeout: Duration::from_secs(10),
             queue_per_disk: 256,
             readahead_windows: 1,
+        }
+    }
+}
+
+/// The `[dim]` section (see docs/DIM.md): the NICs whose interrupt coalescing the
+/// server drives while it runs (`tune::moderation::spawn`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DimConfig {
+    /// Interfaces to drive; empty = off.
+    pub interfaces: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub max_writes_per_sec: f64,
+    pub take_over: bool,
+}
+
+impl Default for DimConfig {
+    fn default() -> DimConfig {
+        DimConfig {
+            interfaces: Vec::new(),
+            interval: Duration::from_millis(100),
+            max_writes_per_sec: 10.0,
+            take_over: false,
         }
     }
 }
@@ -783,6 +807,14 @@ mod tests {
             let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
             assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
+    }
+
+    #[test]
+    fn dim_section_parses() {
+        let c: DimConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(250));
+        assert_eq!(c.max_writes_per_sec, 10.0);
+        assert!(toml::from_str::<DimConfig>("bogus = 1").is_err());
     }
 
     #[test]
