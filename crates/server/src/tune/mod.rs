@@ -8,8 +8,8 @@
 //! on fixture trees in tests and on a snapshot copied from another machine.
 
 mod checks;
-mod counters;
 mod features;
+mod queue_counters;
 
 pub mod moderation;
 mod nic;

@@ -23,8 +23,8 @@ use anyhow::Context;
 use linerate_dim::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
 use linerate_sys::ethtool::Coalesce;
 
-use super::counters::{self, QueueCounters};
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
+use super::queue_counters::{self, QueueCounters};
 use crate::config::DimConfig;
 use crate::sysfs::{Host, InterruptLine};
 
@@ -234,9 +234,9 @@ impl Controller {
                 return Ok(Start::StandAside(format!("{why}; pass --take-over to replace it")));
             }
         }
-        let stats = counters::per_queue_from_stats(&nic.named_stats().unwrap_or_default());
-        let lines = counters::nic_interrupts(&host, &iface, &info.irqs, &[]);
-        let irq_queues = counters::interrupts_per_queue(&lines);
+        let stats = queue_counters::per_queue_from_stats(&nic.named_stats().unwrap_or_default());
+        let lines = queue_counters::nic_interrupts(&host, &iface, &info.irqs, &[]);
+        let irq_queues = queue_counters::interrupts_per_queue(&lines);
         let queues: Vec<u32> = stats.keys().copied().collect();
         let per_queue = queues.len() > 1 && queues.iter().all(|q| irq_queues.contains_key(q));
         let scope = match per_queue.then(|| nic.queue_coalesce(&queues)) {
@@ -298,21 +298,21 @@ impl Controller {
     }
 
     fn read_counters(&self) -> anyhow::Result<Vec<QueueCounters>> {
-        let lines: Vec<InterruptLine> = counters::nic_interrupts(&self.host, &self.iface, &self.irqs, &[]);
-        let stats = counters::per_queue_from_stats(&self.nic.named_stats().unwrap_or_default());
+        let lines: Vec<InterruptLine> = queue_counters::nic_interrupts(&self.host, &self.iface, &self.irqs, &[]);
+        let stats = queue_counters::per_queue_from_stats(&self.nic.named_stats().unwrap_or_default());
         match &self.scope {
             Scope::Device { .. } => {
                 let (packets, bytes) = if stats.is_empty() {
-                    counters::device_totals(&self.host, &self.iface).with_context(|| {
+                    queue_counters::device_totals(&self.host, &self.iface).with_context(|| {
                         format!("{}: no receive counters in /sys/class/net/{}/statistics", self.iface, self.iface)
                     })?
                 } else {
                     stats.values().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes))
                 };
-                Ok(vec![QueueCounters { packets, bytes, interrupts: counters::interrupts_total(&lines) }])
+                Ok(vec![QueueCounters { packets, bytes, interrupts: queue_counters::interrupts_total(&lines) }])
             }
             Scope::PerQueue { queues, .. } => {
-                let irqs = counters::interrupts_per_queue(&lines);
+                let irqs = queue_counters::interrupts_per_queue(&lines);
                 Ok(queues
                     .iter()
                     .map(|q| {
