@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand};
 use linerate::config::{Config, LogFormat, Overrides};
 use linerate::{demo, server};
 use linerate_loadgen as bench;
-use linerate_moderation_sim as dim_sim;
+use linerate_moderation_sim as moderation_sim;
 
 #[derive(Parser)]
 #[command(name = "linerate", version, about = "An edge server for bulk media delivery")]
@@ -34,7 +34,7 @@ enum Command {
     /// server's own counters from its admin endpoint.
     Stat(stat::StatArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
-    Dim(dim_sim::DimArgs),
+    Dim(moderation_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
     /// `tune dim` runs the interrupt-moderation controller on a NIC.
     Tune(tune::TuneArgs),
@@ -92,7 +92,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Stat(args) => stat::run(args),
         Command::Topo(args) => topo::run(args),
-        Command::Dim(args) => dim_sim::run(args),
+        Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
     };

@@ -70,7 +70,7 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: DimConfig,
+    pub dim: ModerationConfig,
     pub log: Log,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
@@ -400,11 +400,11 @@ impl Default for Fill {
     }
 }
 
-/// The `[dim]` section (see docs/DIM.md): the NICs whose interrupt coalescing the
-/// server drives while it runs (`tune::moderation::spawn`).
+/// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
+/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DimConfig {
+pub struct ModerationConfig {
     /// Interfaces to drive; empty = off.
     pub interfaces: Vec<String>,
     #[serde(with = "humantime_serde")]
@@ -413,9 +413,9 @@ pub struct DimConfig {
     pub take_over: bool,
 }
 
-impl Default for DimConfig {
-    fn default() -> DimConfig {
-        DimConfig {
+impl Default for ModerationConfig {
+    fn default() -> ModerationConfig {
+        ModerationConfig {
             interfaces: Vec::new(),
             interval: Duration::from_millis(100),
             max_writes_per_sec: 10.0,
@@ -811,10 +811,10 @@ mod tests {
 
     #[test]
     fn dim_section_parses() {
-        let c: DimConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
         assert_eq!(c.interval, Duration::from_millis(250));
         assert_eq!(c.max_writes_per_sec, 10.0);
-        assert!(toml::from_str::<DimConfig>("bogus = 1").is_err());
+        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
     }
 
     #[test]
