@@ -70,7 +70,7 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: crate::tune::moderation::DimConfig,
+    pub dim: ModerationConfig,
     pub log: Log,
     /// One record per response, written off the workers (`[access_log]`).
     pub access_log: AccessLog,
@@ -399,6 +399,30 @@ impl Default for Fill {
             timeout: Duration::from_secs(10),
             queue_per_disk: 256,
             readahead_windows: 1,
+        }
+    }
+}
+
+/// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
+/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModerationConfig {
+    /// Interfaces to drive; empty = off.
+    pub interfaces: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub max_writes_per_sec: f64,
+    pub take_over: bool,
+}
+
+impl Default for ModerationConfig {
+    fn default() -> ModerationConfig {
+        ModerationConfig {
+            interfaces: Vec::new(),
+            interval: Duration::from_millis(100),
+            max_writes_per_sec: 10.0,
+            take_over: false,
         }
     }
 }
@@ -830,6 +854,14 @@ mod tests {
             let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
             assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
+    }
+
+    #[test]
+    fn dim_section_parses() {
+        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(250));
+        assert_eq!(c.max_writes_per_sec, 10.0);
+        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();

@@ -28,7 +28,7 @@ use linerate_http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::stats::{TransportKind, WorkerCounters};
+use crate::counters::{TransportKind, WorkerCounters};
 
 /// What the admin endpoint reports on, shared with the supervisor.
 pub struct AdminState {

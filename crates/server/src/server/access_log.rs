@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::config::AccessLogFormat as Format;
-use crate::stats::tcp_info::TcpFigures;
+use crate::counters::tcp_info::TcpFigures;
 
 /// A batch is handed to the writer once it holds this many bytes...
 const BATCH_BYTES: usize = 32 * 1024;

@@ -40,8 +40,8 @@ use super::files::{FileCache, Lookup, LookupError, OpenFile};
 use super::fill::FillPool;
 use super::residency;
 use super::settings::Settings;
-use crate::stats::tcp_info::{Chooser, Sampler, TcpFigures};
-use crate::stats::{ConnState, ErrorKind, StateTracker, WorkerCounters};
+use crate::counters::tcp_info::{Chooser, Sampler, TcpFigures};
+use crate::counters::{ConnState, ErrorKind, StateTracker, WorkerCounters};
 use crate::transport::{SendError, Transport};
 
 /// Initial size of a connection's read buffer; it grows up to the head limit.

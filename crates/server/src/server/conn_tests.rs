@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Config;
-use crate::stats::TransportKind;
+use crate::counters::TransportKind;
 
 /// What the mock saw: every byte written, and how the connection was closed.
 #[derive(Default)]

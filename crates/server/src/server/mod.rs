@@ -35,7 +35,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::admin::{self, AdminState};
 use crate::config::{Config, Overrides};
-use crate::stats::WorkerCounters;
+use crate::counters::WorkerCounters;
 use crate::sysfs::Host;
 use crate::tls::TlsRuntime;
 use crate::topology::{Plan, Topology};
