@@ -537,6 +537,8 @@ pub struct Overrides {
     pub no_admin: bool,
     pub debug_headers: bool,
     pub access_log: Option<PathBuf>,
+    pub max_client_connections: Option<u32>,
+    pub max_client_connection_rate: Option<u32>,
 }
 
 impl Config {
@@ -599,6 +601,12 @@ impl Config {
         }
         if let Some(path) = &overrides.access_log {
             config.access_log.path = Some(path.clone());
+        }
+        if let Some(n) = overrides.max_client_connections {
+            config.client_limits.max_connections = n;
+        }
+        if let Some(n) = overrides.max_client_connection_rate {
+            config.client_limits.max_new_connections_per_second = n;
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];

@@ -87,13 +87,22 @@ pub async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result
         Some(slow) if slow < timeout_at => (slow, SendError::TooSlow),
         _ => (timeout_at, SendError::Timeout),
     };
-    if deadline <= now {
-        return Err(error);
+    let result = if deadline <= now {
+        Err(error)
+    } else {
+        match tokio::time::timeout_at(deadline, stream.writable()).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(error),
+        }
+    };
+    if let Err(SendError::TooSlow) = result {
+        // The queue would otherwise still be delivered at the client's pace after
+        // the close: drop it with the connection.
+        if let Err(e) = linerate_sys::tcp::set_abortive_close(stream.as_fd()) {
+            tracing::debug!("SO_LINGER: {e}");
+        }
     }
-    match tokio::time::timeout_at(deadline, stream.writable()).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(error),
-    }
+    result
 }
 
 /// Sends all of `bytes`; with `more`, the kernel holds them for the bytes that
