@@ -5,8 +5,9 @@
 //! connection it accepts until it closes: connections never move between workers.
 //! Everything a connection touches on the hot path belongs to the worker: the
 //! open-file cache, the Date cache, the counters. The only things shared with
-//! other threads are the immutable [`Settings`] and the counters' cache lines,
-//! which only this worker writes.
+//! other threads are the immutable [`Settings`], the counters' cache lines,
+//! which only this worker writes, and the per-client table of
+//! [`super::client_limits`], touched once at accept and once at close.
 //!
 //! Shutdown, step by step:
 //! 1. the supervisor sends [`Control::Shutdown`];
