@@ -165,8 +165,9 @@ impl ClientTable {
         }
     }
 
-    /// Clients with an entry in the table (for tests and the bound on its size).
-    pub fn len(&self) -> usize {
+    /// Clients with an entry in the table.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).clients.len()).sum()
     }
 
