@@ -201,3 +201,75 @@ fn a_response_sent_below_the_minimum_rate_is_cut_a_viewer_above_it_is_not() {
     assert!(viewer_bytes > 600_000, "the viewer read only {viewer_bytes} bytes");
     assert_eq!(metric(&s, "linerate_errors_total{kind=\"slow_client\"}"), 1.0);
 }
+
+/// The same cut on both TLS send paths: user-space records, and the kernel's when
+/// it has TLS (otherwise `auto` is user space again).
+#[test]
+fn tls_responses_below_the_minimum_rate_are_cut() {
+    let ca = common::tls::TestCa::new();
+    let c = Content::new();
+    c.write_random("big.bin", 16 * 1024 * 1024, 9);
+    for mode in ["off", "auto"] {
+        let cfg = ConfigFile::new(&format!(
+            "[tls]\nkernel_tls = \"{mode}\"\n[tcp]\nsend_buffer_bytes = 16384\n\
+             [client_limits]\nmin_send_rate = 40000\nmin_send_rate_after = \"1s\"\n"
+        ));
+        let s = common::tls::start_server(&ca, c.path(), &["--config", cfg.arg(), "--workers", "1"]);
+        let mut tls = common::tls::connect_with(s.tls_addrs[0], "localhost", &ca.ca_pem, Some(4096));
+        tls.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        // About 2 kB/s: 200 bytes every 100 ms, until the server says it cut the
+        // response (the client's TLS buffers would hide the cut for a while longer).
+        let start = Instant::now();
+        let slow = "linerate_errors_total{kind=\"slow_client\"}";
+        let mut buf = [0u8; 200];
+        let mut total = 0;
+        let mut step = 0;
+        while metric(&s, slow) == 0.0 {
+            assert!(start.elapsed() < Duration::from_secs(6), "kernel_tls = {mode}: not cut ({total} bytes)");
+            for _ in 0..5 {
+                step += 1;
+                std::thread::sleep(
+                    (start + Duration::from_millis(100 * step)).saturating_duration_since(Instant::now()),
+                );
+                match tls.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n,
+                }
+            }
+        }
+        // What the client still gets is what was already on its side: the
+        // connection ends well before the file does.
+        let mut rest = vec![0u8; 65536];
+        let drain = Instant::now();
+        loop {
+            match tls.read(&mut rest) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+            assert!(drain.elapsed() < Duration::from_secs(5), "kernel_tls = {mode}: the connection goes on");
+        }
+        assert!(total < 1024 * 1024, "kernel_tls = {mode}: {total} bytes arrived after all");
+        assert_eq!(metric(&s, "linerate_errors_total{kind=\"slow_client\"}"), 1.0, "kernel_tls = {mode}");
+    }
+}
+
+#[test]
+fn a_reload_applies_new_limits_to_new_connections() {
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    let (s, cfg) = start(&c, "max_connections = 1\nmax_new_connections_per_second = 0", "");
+    let mut first = connect_from("127.0.0.1", s.addr());
+    assert_eq!(request(&mut first), Some(200));
+    assert_refused(connect_from("127.0.0.1", s.addr()));
+    cfg.rewrite(&format!(
+        "root = {:?}\nworkers = 1\n[client_limits]\nmax_connections = 2\nmax_new_connections_per_second = 0\n",
+        c.path()
+    ));
+    s.signal("HUP");
+    assert!(
+        eventually(Duration::from_secs(5), || request(&mut connect_from("127.0.0.1", s.addr())) == Some(200)),
+        "the raised limit was not applied: {}",
+        s.stderr()
+    );
+    assert_eq!(request(&mut first), Some(200), "the connection open across the reload still counts and works");
+}
