@@ -10,7 +10,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::counters::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, Refusal, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
@@ -189,6 +189,19 @@ impl Collector for Workers {
         let errors: Vec<(&[(&str, &str)], u64)> =
             ErrorKind::ALL.iter().zip(&kinds).map(|(k, l)| (&l[..], s.total(|w| w.errors_of(*k)))).collect();
         counter(&mut e, "linerate_errors", "Failed requests and connections, by kind.", &errors)?;
+
+        let refusals: Vec<[(&str, &str); 1]> = Refusal::ALL.iter().map(|r| [("limit", r.label())]).collect();
+        let refused: Vec<(&[(&str, &str)], u64)> = Refusal::ALL
+            .iter()
+            .zip(&refusals)
+            .map(|(r, l)| (&l[..], s.total(|w| w.client_limit_refusals[*r as usize].get())))
+            .collect();
+        counter(
+            &mut e,
+            "linerate_client_limit_refusals",
+            "New connections closed at once because their client was over a [client_limits] limit, by limit.",
+            &refused,
+        )?;
 
         counter(
             &mut e,
