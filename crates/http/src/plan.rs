@@ -76,10 +76,14 @@ pub fn plan_file(req: &Request, file: &FileInfo<'_>, max_ranges: usize, boundary
         },
         RangeDecision::Partial(ranges) => {
             let mp = Multipart::new(ranges, boundary_seed);
-            FilePlan {
-                status: Status::PartialContent,
-                content_length: mp.content_length(file.content_type, len),
-                body: Body::Multipart(mp),
+            // A multipart body adds part heads to up to the whole file; for a length
+            // near u64::MAX (never a real file's: st_size is an i64) that sum does not
+            // fit, and the Range field is ignored, as RFC 9110 section 14.2 allows.
+            match mp.content_length(file.content_type, len) {
+                Some(content_length) => {
+                    FilePlan { status: Status::PartialContent, content_length, body: Body::Multipart(mp) }
+                }
+                None => whole(),
             }
         }
     }
@@ -177,16 +181,17 @@ impl Multipart {
         out.extend_from_slice(b"--\r\n");
     }
 
-    /// The exact length of the whole multipart body.
-    pub fn content_length(&self, content_type: &str, total_len: u64) -> u64 {
+    /// The exact length of the whole multipart body, or `None` if it does not fit
+    /// in a u64.
+    pub fn content_length(&self, content_type: &str, total_len: u64) -> Option<u64> {
         let mut scratch = Vec::with_capacity(128);
-        let mut n = 0;
+        let mut n: u64 = 0;
         for (i, r) in self.ranges.iter().enumerate() {
             self.write_part_head(i, content_type, total_len, &mut scratch);
-            n += scratch.len() as u64 + r.len_bytes();
+            n = n.checked_add(scratch.len() as u64)?.checked_add(r.len_bytes())?;
         }
         self.write_closing(&mut scratch);
-        n + scratch.len() as u64
+        n.checked_add(scratch.len() as u64)
     }
 }
 
@@ -306,6 +311,23 @@ mod tests {
         let p2 = plan_file(&req("Range: bytes=0-9,500-509\r\n"), &FILE, 16, 43);
         let Body::Multipart(mp2) = &p2.body else { panic!() };
         assert_ne!(mp.boundary(), mp2.boundary());
+    }
+
+    /// Found by the `response_plan` fuzz target (a 10-million-run campaign): a file of
+    /// u64::MAX - 1 bytes and `Range: bytes=0-1,90-` overflowed the multipart length.
+    #[test]
+    fn multipart_length_overflow_answers_whole_file() {
+        let huge = FileInfo { len_bytes: u64::MAX - 1, ..FILE };
+        let p = plan_file(&req("Range: bytes=0-1,90-\r\n"), &huge, 16, 0);
+        assert_eq!(
+            (p.status, p.body, p.content_length),
+            (Status::Ok, Body::Range(ByteRange { first: 0, last: u64::MAX - 2 }), u64::MAX - 1)
+        );
+        // Lengths a real file can have (st_size is an i64) still get multipart.
+        let big = FileInfo { len_bytes: i64::MAX as u64, ..FILE };
+        let p = plan_file(&req("Range: bytes=0-1,90-\r\n"), &big, 16, 0);
+        assert_eq!(p.status, Status::PartialContent);
+        assert!(matches!(p.body, Body::Multipart(_)));
     }
 
     #[test]

@@ -2,19 +2,7 @@
 //! the streaming load generator.
 #![forbid(unsafe_code)]
 
-mod admin;
-mod bench;
-mod config;
-mod demo;
-mod dim_sim;
-mod server;
 mod stat;
-mod stats;
-mod sysfs;
-mod tls;
-mod topology;
-mod transport;
-mod tune;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use config::{Config, LogFormat, Overrides};
+use linerate::config::{Config, LogFormat, Overrides};
+use linerate::{demo, server, topology, tune};
+use linerate_loadgen as bench;
+use linerate_moderation_sim as dim_sim;
 
 #[derive(Parser)]
 #[command(name = "linerate", version, about = "An edge server for bulk media delivery")]

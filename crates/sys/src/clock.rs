@@ -2,14 +2,14 @@
 
 use std::io;
 
-use super::cvt_long;
-
-/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`): the unit of the `utime`/`stime`
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, which the kernel hands every
+/// process in its auxiliary vector as `AT_CLKTCK`): the unit of the `utime`/`stime`
 /// fields of `/proc/<pid>/stat` and of the CPU lines of `/proc/stat`.
 pub fn ticks_per_second() -> io::Result<u64> {
-    // SAFETY: sysconf takes no pointers and only reads a constant name.
-    let ticks = cvt_long(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })?;
-    u64::try_from(ticks).map_err(|_| io::Error::other("sysconf(_SC_CLK_TCK) returned a negative value"))
+    match rustix::param::clock_ticks_per_second() {
+        0 => Err(io::Error::other("the kernel reported no clock tick rate (AT_CLKTCK)")),
+        ticks => Ok(ticks),
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@
 
 use std::ffi::c_void;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
 use crate::cvt;
 
@@ -147,22 +149,32 @@ fn iface_name(iface: &str) -> io::Result<[u8; libc::IFNAMSIZ]> {
 /// A socket to address ethtool requests to (any socket works; this one is a
 /// close-on-exec UDP socket that is never bound).
 pub fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2) call without pointers; on success the descriptor is
-    // new and owned by nobody else.
-    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
-    // SAFETY: as above.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::net::socket_with(AddressFamily::INET, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?)
 }
 
-/// Issues SIOCETHTOOL with `buf` as the command buffer. `buf` must start with the
-/// command word and be as large as the command's structure says, including any
-/// trailing array sized by a count field inside it.
-fn ethtool_ioctl<T>(sock: BorrowedFd<'_>, iface: &str, buf: &mut [T]) -> io::Result<()> {
+/// Issues `SIOCETHTOOL` on `iface` with `buf` as the command buffer.
+///
+/// # Safety
+///
+/// The kernel reads and writes the buffer as the structure that the command word
+/// in its first four bytes names, trusting its size: the caller must make sure that
+///
+/// - `buf` starts with that command word, laid out as the command's structure
+///   (`struct ethtool_coalesce`, `struct ethtool_gstrings`, ...) in native byte
+///   order, and `T` is a plain integer type whose alignment suits that structure;
+/// - `buf` spans at least the structure's full size, including any trailing array
+///   whose length a count field inside the buffer announces (`len`, `n_stats`,
+///   `size`, the number of bits set in a queue mask): the kernel writes that many
+///   entries with no other bound.
+///
+/// A command word that does not match the buffer's layout lets the kernel write
+/// past the end of `buf`.
+unsafe fn ethtool_ioctl<T>(sock: BorrowedFd<'_>, iface: &str, buf: &mut [T]) -> io::Result<()> {
     let mut req = IfReq { name: iface_name(iface)?, data: buf.as_mut_ptr().cast(), _pad: [0; 16] };
-    // SAFETY: `req` is a valid ifreq whose data pointer refers to `buf`, which is
-    // mutably borrowed and alive for the whole call. Each caller sizes `buf` for the
-    // command it encodes (the kernel reads and writes within the sizes the buffer's
-    // own header fields announce, which the callers set from `buf`'s length).
+    // SAFETY: `req` is a valid `struct ifreq` (NUL-terminated name, padded to the
+    // kernel's size) whose data pointer refers to `buf`, which is mutably borrowed
+    // and alive for the whole call. That the kernel stays within `buf` is this
+    // function's safety contract, upheld by the caller. The descriptor is borrowed.
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut req as *mut IfReq) })?;
     Ok(())
 }
@@ -170,7 +182,9 @@ fn ethtool_ioctl<T>(sock: BorrowedFd<'_>, iface: &str, buf: &mut [T]) -> io::Res
 /// The device-wide coalescing settings (`ethtool -c`).
 pub fn coalesce(sock: BorrowedFd<'_>, iface: &str) -> io::Result<Coalesce> {
     let mut w = Coalesce::default().to_words(ETHTOOL_GCOALESCE);
-    ethtool_ioctl(sock, iface, &mut w)?;
+    // SAFETY: `w` is a whole `struct ethtool_coalesce` (command word and the 22 u32
+    // fields) headed by ETHTOOL_GCOALESCE, which reads and writes exactly that struct.
+    unsafe { ethtool_ioctl(sock, iface, &mut w) }?;
     Ok(Coalesce::from_words(&w))
 }
 
@@ -178,7 +192,9 @@ pub fn coalesce(sock: BorrowedFd<'_>, iface: &str) -> io::Result<Coalesce> {
 /// fields they do not support (`EOPNOTSUPP`) and values out of their range (`EINVAL`).
 pub fn set_coalesce(sock: BorrowedFd<'_>, iface: &str, c: &Coalesce) -> io::Result<()> {
     let mut w = c.to_words(ETHTOOL_SCOALESCE);
-    ethtool_ioctl(sock, iface, &mut w)
+    // SAFETY: `w` is a whole `struct ethtool_coalesce` headed by ETHTOOL_SCOALESCE,
+    // which only reads that struct.
+    unsafe { ethtool_ioctl(sock, iface, &mut w) }
 }
 
 fn per_queue_buffer(sub_command: u32, queues: &[u32], settings: Option<&[Coalesce]>) -> io::Result<Vec<u32>> {
@@ -212,7 +228,10 @@ fn per_queue_buffer(sub_command: u32, queues: &[u32], settings: Option<&[Coalesc
 /// in the order of `queues`. Drivers without per-queue support give `EOPNOTSUPP`.
 pub fn queue_coalesce(sock: BorrowedFd<'_>, iface: &str, queues: &[u32]) -> io::Result<Vec<Coalesce>> {
     let mut buf = per_queue_buffer(ETHTOOL_GCOALESCE, queues, None)?;
-    ethtool_ioctl(sock, iface, &mut buf)?;
+    // SAFETY: `per_queue_buffer` lays out `struct ethtool_per_queue_op` (ETHTOOL_PERQUEUE,
+    // the sub-command, the queue mask) followed by one `struct ethtool_coalesce` per
+    // bit set in the mask, which is what the kernel reads and writes.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }?;
     let mut sorted: Vec<u32> = queues.to_vec();
     sorted.sort_unstable();
     let base = 2 + QUEUE_MASK_WORDS;
@@ -231,7 +250,9 @@ pub fn set_queue_coalesce(sock: BorrowedFd<'_>, iface: &str, queues: &[u32], set
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "one setting per queue is required"));
     }
     let mut buf = per_queue_buffer(ETHTOOL_SCOALESCE, queues, Some(settings))?;
-    ethtool_ioctl(sock, iface, &mut buf)
+    // SAFETY: as in `queue_coalesce`: one `struct ethtool_coalesce` per mask bit
+    // follows the per-queue header; the kernel reads exactly those.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }
 }
 
 /// What `ethtool -i` shows, the parts linerate uses.
@@ -252,7 +273,9 @@ pub fn driver_info(sock: BorrowedFd<'_>, iface: &str) -> io::Result<DriverInfo> 
     // struct ethtool_drvinfo: cmd, five 32-byte strings, 12 reserved bytes, five u32.
     let mut buf = [0u32; 1 + 5 * 8 + 3 + 5];
     buf[0] = ETHTOOL_GDRVINFO;
-    ethtool_ioctl(sock, iface, &mut buf)?;
+    // SAFETY: `buf` is exactly `struct ethtool_drvinfo` (196 bytes, headed by
+    // ETHTOOL_GDRVINFO), the fixed-size struct that command writes.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }?;
     let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
     Ok(DriverInfo {
         driver: c_string(&bytes[4..36]),
@@ -267,7 +290,10 @@ fn string_set_len(sock: BorrowedFd<'_>, iface: &str, set: StringSet) -> io::Resu
     let mut buf = [0u64; 3];
     buf[0] = u64::from_ne_bytes(words_to_bytes(ETHTOOL_GSSET_INFO, 0));
     buf[1] = 1u64 << (set as u32);
-    ethtool_ioctl(sock, iface, &mut buf)?;
+    // SAFETY: `buf` is `struct ethtool_sset_info` (ETHTOOL_GSSET_INFO, reserved,
+    // the mask) with room for one u32 answer; the mask has one bit set, and the
+    // kernel writes one u32 per bit set.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }?;
     if buf[1] & (1u64 << (set as u32)) == 0 {
         return Ok(0);
     }
@@ -281,40 +307,161 @@ fn words_to_bytes(a: u32, b: u32) -> [u8; 8] {
     out
 }
 
+/// How many times a query is tried when the size of its answer keeps changing
+/// between counting and fetching (see [`GuardedWords`]).
+const SIZE_CHANGE_TRIES: usize = 3;
+
 /// The names of a string set (`ethtool -S` names, feature names).
+///
+/// The set is counted first and fetched second; when its size changes in between (a
+/// driver whose statistics follow its channel count, reconfigured meanwhile), the
+/// pair of requests is repeated, and after `SIZE_CHANGE_TRIES` (3) such changes the
+/// answer is an error of kind `Interrupted`.
 pub fn string_set(sock: BorrowedFd<'_>, iface: &str, set: StringSet) -> io::Result<Vec<String>> {
-    let len = string_set_len(sock, iface, set)? as usize;
-    if len == 0 {
-        return Ok(Vec::new());
+    for _ in 0..SIZE_CHANGE_TRIES {
+        let len = string_set_len(sock, iface, set)? as usize;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        // struct ethtool_gstrings: cmd, string_set, len, then len * 32 bytes.
+        let mut guarded = GuardedWords::<u32>::zeroed(3 + len * ETH_GSTRING_LEN / 4)?;
+        let buf = guarded.as_mut_slice();
+        buf[0] = ETHTOOL_GSTRINGS;
+        buf[1] = set as u32;
+        buf[2] = len as u32;
+        // SAFETY: `buf` is `struct ethtool_gstrings` (ETHTOOL_GSTRINGS, the set, `len`)
+        // followed by room for `len` strings of ETH_GSTRING_LEN bytes. The kernel
+        // writes as many strings as the set has at the time of the call: `len`, or
+        // (before Linux 6.19) more if the set grew since it was counted. Those extra
+        // bytes meet the guard page that ends `buf` and fail the call with EFAULT
+        // instead of landing in memory that is not `buf`.
+        match unsafe { ethtool_ioctl(sock, iface, buf) } {
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => continue,
+            other => other?,
+        }
+        // A set whose size changed: Linux 6.19+ answers 0 strings, older kernels the
+        // new (smaller) count.
+        if buf[2] as usize != len {
+            continue;
+        }
+        let bytes: Vec<u8> = buf[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        return Ok(bytes.chunks(ETH_GSTRING_LEN).map(c_string).collect());
     }
-    // struct ethtool_gstrings: cmd, string_set, len, then len * 32 bytes.
-    let mut buf = vec![0u32; 3 + len * ETH_GSTRING_LEN / 4];
-    buf[0] = ETHTOOL_GSTRINGS;
-    buf[1] = set as u32;
-    buf[2] = len as u32;
-    ethtool_ioctl(sock, iface, &mut buf)?;
-    let n = (buf[2] as usize).min(len);
-    let bytes: Vec<u8> = buf[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
-    Ok(bytes.chunks(ETH_GSTRING_LEN).take(n).map(c_string).collect())
+    Err(size_kept_changing(iface))
 }
 
-/// Driver statistics with their names (`ethtool -S`).
+fn size_kept_changing(iface: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, format!("the statistics of {iface} kept changing size"))
+}
+
+/// Driver statistics with their names (`ethtool -S`). The names and the values are
+/// two requests; should the number of statistics change between them, both are
+/// made again (see [`string_set`]).
 pub fn named_stats(sock: BorrowedFd<'_>, iface: &str) -> io::Result<Vec<(String, u64)>> {
-    let names = string_set(sock, iface, StringSet::Stats)?;
-    if names.is_empty() {
-        return Ok(Vec::new());
+    for _ in 0..SIZE_CHANGE_TRIES {
+        let names = string_set(sock, iface, StringSet::Stats)?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        // struct ethtool_stats: cmd, n_stats, then n_stats u64 values.
+        let mut guarded = GuardedWords::<u64>::zeroed(1 + names.len())?;
+        let buf = guarded.as_mut_slice();
+        buf[0] = u64::from_ne_bytes(words_to_bytes(ETHTOOL_GSTATS, names.len() as u32));
+        // SAFETY: `buf` is `struct ethtool_stats` (ETHTOOL_GSTATS, n_stats) followed by
+        // room for n_stats u64 values. The kernel writes as many values as the device
+        // has at the time of the call: n_stats, or (before Linux 6.19) more if the
+        // set grew since it was counted; those meet the guard page that ends `buf`
+        // and fail the call with EFAULT instead of landing outside `buf`.
+        match unsafe { ethtool_ioctl(sock, iface, buf) } {
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => continue,
+            other => other?,
+        }
+        let answered = u32::from_ne_bytes(buf[0].to_ne_bytes()[4..].try_into().expect("four bytes"));
+        if answered as usize != names.len() {
+            continue;
+        }
+        return Ok(names.into_iter().zip(buf[1..].iter().copied()).collect());
     }
-    // struct ethtool_stats: cmd, n_stats, then n_stats u64 values.
-    let mut buf = vec![0u64; 1 + names.len()];
-    buf[0] = u64::from_ne_bytes(words_to_bytes(ETHTOOL_GSTATS, names.len() as u32));
-    ethtool_ioctl(sock, iface, &mut buf)?;
-    Ok(names.into_iter().zip(buf[1..].iter().copied()).collect())
+    Err(size_kept_changing(iface))
+}
+
+/// Integer types a zero-filled buffer can be read as: every bit pattern is a value.
+trait Word: Copy {}
+impl Word for u32 {}
+impl Word for u64 {}
+
+/// `len` zeroed words that end exactly where an inaccessible page begins, for the
+/// commands whose answer the kernel sizes by itself.
+///
+/// Before Linux 6.19 (commit "ethtool: Avoid overflowing userspace buffer on stats
+/// query", also in the stable kernels of early 2026), `ETHTOOL_GSTRINGS` and
+/// `ETHTOOL_GSTATS` write as many entries as the device has at the moment of the call,
+/// whatever count the request carries; drivers such as mlx5 change that number when
+/// reconfigured. A write past the end of this buffer hits the guard page, where the
+/// kernel's copy to user space stops and the ioctl fails with `EFAULT`.
+struct GuardedWords<T: Word> {
+    map: *mut c_void,
+    map_len: usize,
+    data: *mut T,
+    len: usize,
+}
+
+impl<T: Word> GuardedWords<T> {
+    fn zeroed(len: usize) -> io::Result<Self> {
+        let page = rustix::param::page_size();
+        let too_large = || io::Error::new(io::ErrorKind::InvalidInput, "ethtool buffer too large");
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(too_large)?;
+        let data_len = bytes.checked_next_multiple_of(page).ok_or_else(too_large)?;
+        let map_len = data_len.checked_add(page).ok_or_else(too_large)?;
+        // SAFETY: a new private anonymous mapping at an address the kernel chooses
+        // (no hint), so it replaces nothing; `map_len` is non-zero.
+        let map = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                map_len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }?;
+        // From here on, dropping `guarded` unmaps.
+        let data = map.cast::<u8>().wrapping_add(data_len - bytes).cast::<T>();
+        let guarded = GuardedWords { map, map_len, data, len };
+        // SAFETY: the last page of the mapping made above (`data_len` is a multiple of
+        // the page size), which nothing refers to yet.
+        unsafe {
+            rustix::mm::mprotect(
+                map.cast::<u8>().wrapping_add(data_len).cast(),
+                page,
+                rustix::mm::MprotectFlags::empty(),
+            )
+        }?;
+        Ok(guarded)
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: `data` points `len * size_of::<T>()` bytes before the guard page, all
+        // inside the read-write part of the mapping, which lives as long as `self`
+        // and which only this value refers to (the `&mut self` borrow makes the
+        // slice unique). The start is aligned for `T`: a page boundary less a
+        // multiple of `size_of::<T>()`, itself a multiple of `T`'s alignment. The
+        // memory is zero-filled or holds what was written as `T`, and every bit
+        // pattern is a valid `T` (`Word`).
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+    }
+}
+
+impl<T: Word> Drop for GuardedWords<T> {
+    fn drop(&mut self) {
+        // SAFETY: `map`/`map_len` are exactly the mapping made in `zeroed`, and no
+        // reference into it outlives `self`.
+        let _ = unsafe { rustix::mm::munmap(self.map, self.map_len) };
+    }
 }
 
 /// One offload feature's state (`ethtool -k`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FeatureState {
-    /// The device can change it (not "[fixed]").
+    /// The device can change it (not `[fixed]`).
     pub changeable: bool,
     pub active: bool,
 }
@@ -327,7 +474,9 @@ pub fn features(sock: BorrowedFd<'_>, iface: &str) -> io::Result<Vec<(String, Fe
     let mut buf = vec![0u32; 2 + 4 * blocks];
     buf[0] = ETHTOOL_GFEATURES;
     buf[1] = blocks as u32;
-    ethtool_ioctl(sock, iface, &mut buf)?;
+    // SAFETY: `buf` is `struct ethtool_gfeatures` (ETHTOOL_GFEATURES, size) followed
+    // by `size` blocks of four u32; the kernel writes at most `size` blocks.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }?;
     Ok(names
         .into_iter()
         .enumerate()
@@ -359,7 +508,10 @@ pub fn set_feature(sock: BorrowedFd<'_>, iface: &str, name: &str, on: bool) -> i
     if on {
         buf[2 + 2 * (index / 32) + 1] = bit;
     }
-    ethtool_ioctl(sock, iface, &mut buf)
+    // SAFETY: `buf` is `struct ethtool_sfeatures` (ETHTOOL_SFEATURES, size) followed
+    // by `size` blocks of two u32; the kernel reads those and writes back at most
+    // the header.
+    unsafe { ethtool_ioctl(sock, iface, &mut buf) }
 }
 
 #[cfg(test)]
@@ -407,5 +559,121 @@ mod tests {
         let f = features(sock.as_fd(), "lo").unwrap();
         assert!(f.iter().any(|(n, _)| n == "rx-gro"), "{f:?}");
         assert!(named_stats(sock.as_fd(), "lo").unwrap().is_empty());
+    }
+
+    #[test]
+    fn guarded_words_end_at_an_inaccessible_page() {
+        let mut guarded = GuardedWords::<u32>::zeroed(3).unwrap();
+        let words = guarded.as_mut_slice();
+        assert_eq!(words, &[0, 0, 0]);
+        words.copy_from_slice(&[1, 2, 3]);
+        let zero = std::fs::File::open("/dev/zero").unwrap();
+        // Ask the kernel for 8 bytes more than the slice holds.
+        // SAFETY: the 12 bytes of `words` are writable; the 8 after them are the guard
+        // page of the same mapping, owned by `guarded` and referred to by nothing
+        // else, so even a missing guard would only let the kernel write into memory
+        // that no Rust value uses.
+        let n = unsafe { libc::read(zero.as_raw_fd(), words.as_mut_ptr().cast(), 12 + 8) };
+        let error = (n < 0).then(io::Error::last_os_error);
+        assert!(
+            (0..=12).contains(&n) || error.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::EFAULT),
+            "read {n} bytes into 12 ({error:?}): the page after the words is writable"
+        );
+        assert_eq!(guarded.as_mut_slice().len(), 3);
+    }
+
+    /// ETHTOOL_GCHANNELS / ETHTOOL_SCHANNELS: `struct ethtool_channels`, nine u32.
+    fn set_rx_tx_channels(sock: BorrowedFd<'_>, iface: &str, count: u32) -> io::Result<()> {
+        let mut ch = [0u32; 9];
+        ch[0] = 0x3c;
+        // SAFETY: `ch` is a whole `struct ethtool_channels` headed by ETHTOOL_GCHANNELS.
+        unsafe { ethtool_ioctl(sock, iface, &mut ch) }?;
+        ch[0] = 0x3d;
+        (ch[5], ch[6]) = (count, count);
+        // SAFETY: the same struct, now headed by ETHTOOL_SCHANNELS, which only reads it.
+        unsafe { ethtool_ioctl(sock, iface, &mut ch) }
+    }
+
+    /// Runs `f` on a thread that has entered the network namespace `ns`.
+    fn in_namespace<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+        let ns = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+        std::thread::spawn(move || {
+            use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network)).unwrap();
+            f()
+        })
+    }
+
+    /// A veth pair in a namespace of our own, whose number of statistics follows its
+    /// channel count (per-queue counters): the names and values stay paired while
+    /// another thread changes that count as fast as it can.
+    #[test]
+    fn veth_statistics_stay_consistent_while_the_channel_count_changes() {
+        let ns = format!("lr-sys-ethtool-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip").args(args).output().expect("ip (iproute2) is required");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["netns", "add", &ns]);
+        struct Cleanup(String);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+            }
+        }
+        let _cleanup = Cleanup(ns.clone());
+        let queues = ["numrxqueues", "4", "numtxqueues", "4"];
+        let mut add = vec!["-n", &ns, "link", "add", "v0"];
+        add.extend(queues);
+        add.extend(["type", "veth", "peer", "name", "v1"]);
+        add.extend(queues);
+        ip(&add);
+
+        let names_at = |count: u32| {
+            let sock = control_socket().unwrap();
+            set_rx_tx_channels(sock.as_fd(), "v0", count).unwrap();
+            let stats = named_stats(sock.as_fd(), "v0").unwrap();
+            assert_eq!(string_set_len(sock.as_fd(), "v0", StringSet::Stats).unwrap() as usize, stats.len());
+            stats.into_iter().map(|(name, _)| name).collect::<Vec<_>>()
+        };
+        let (four, one) = in_namespace(&ns, move || (names_at(4), names_at(1))).join().unwrap();
+        assert!(four.len() > one.len(), "{four:?} / {one:?}");
+        assert!(four.iter().any(|n| n.starts_with("rx_queue_3_")), "{four:?}");
+        assert!(!one.iter().any(|n| n.starts_with("rx_queue_1_")), "{one:?}");
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let toggler = {
+            let stop = stop.clone();
+            in_namespace(&ns, move || {
+                let sock = control_socket().unwrap();
+                let mut changes = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    set_rx_tx_channels(sock.as_fd(), "v0", if changes % 2 == 0 { 1 } else { 4 }).unwrap();
+                    changes += 1;
+                }
+                changes
+            })
+        };
+        let reader = in_namespace(&ns, move || {
+            let sock = control_socket().unwrap();
+            let (mut answers, mut gave_up) = (0u32, 0u32);
+            let started = std::time::Instant::now();
+            while answers + gave_up < 2000 && started.elapsed() < std::time::Duration::from_secs(5) {
+                match named_stats(sock.as_fd(), "v0") {
+                    Ok(stats) => {
+                        let names: Vec<String> = stats.into_iter().map(|(n, _)| n).collect();
+                        assert!(names == four || names == one, "names of neither channel count: {names:?}");
+                        answers += 1;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => gave_up += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (answers, gave_up)
+        });
+        let (answers, gave_up) = reader.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let changes = toggler.join().unwrap();
+        assert!(changes > 0 && answers > 0, "{changes} changes, {answers} answers, {gave_up} given up");
     }
 }

@@ -18,15 +18,15 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::setsockopt_bytes;
+use crate::{setsockopt_bytes, ByteOption};
 
-const SOL_TLS: libc::c_int = 282;
-const TLS_TX: libc::c_int = 1;
-const TLS_RX: libc::c_int = 2;
-const TLS_TX_ZEROCOPY_RO: libc::c_int = 3;
+pub(crate) const SOL_TLS: libc::c_int = 282;
+pub(crate) const TLS_TX: libc::c_int = 1;
+pub(crate) const TLS_RX: libc::c_int = 2;
+pub(crate) const TLS_TX_ZEROCOPY_RO: libc::c_int = 3;
 const TLS_SET_RECORD_TYPE: libc::c_int = 1;
 const TLS_GET_RECORD_TYPE: libc::c_int = 2;
-const TCP_ULP: libc::c_int = 31;
+pub(crate) const TCP_ULP: libc::c_int = 31;
 
 /// `TLS_1_2_VERSION` / `TLS_1_3_VERSION` of `linux/tls.h`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -128,17 +128,17 @@ impl Drop for CryptoInfo {
 /// means the kernel has no TLS support (`CONFIG_TLS` unset, or `tls.ko` cannot
 /// be loaded). The socket keeps working as plain TCP until a key is installed.
 pub fn attach_ulp(sock: BorrowedFd<'_>) -> io::Result<()> {
-    setsockopt_bytes(sock, libc::IPPROTO_TCP, TCP_ULP, b"tls")
+    setsockopt_bytes(sock, ByteOption::TcpUlp, b"tls")
 }
 
 /// Installs the key for one direction. After `Direction::Tx`, everything written
 /// to the socket is sealed into records by the kernel.
 pub fn install_key(sock: BorrowedFd<'_>, direction: Direction, info: &CryptoInfo) -> io::Result<()> {
-    let name = match direction {
-        Direction::Tx => TLS_TX,
-        Direction::Rx => TLS_RX,
+    let option = match direction {
+        Direction::Tx => ByteOption::TlsTx,
+        Direction::Rx => ByteOption::TlsRx,
     };
-    setsockopt_bytes(sock, SOL_TLS, name, &info.bytes[..info.len])
+    setsockopt_bytes(sock, option, &info.bytes[..info.len])
 }
 
 /// Lets `sendfile` on this kTLS socket encrypt straight from page-cache pages
@@ -147,7 +147,7 @@ pub fn install_key(sock: BorrowedFd<'_>, direction: Direction, info: &CryptoInfo
 /// but before a retransmission makes the client see a record that fails
 /// authentication.
 pub fn enable_tx_zerocopy(sock: BorrowedFd<'_>) -> io::Result<()> {
-    setsockopt_bytes(sock, SOL_TLS, TLS_TX_ZEROCOPY_RO, &1u32.to_ne_bytes())
+    setsockopt_bytes(sock, ByteOption::TlsTxZerocopyRo, &1u32.to_ne_bytes())
 }
 
 /// The TLS record content type of application data.
@@ -168,22 +168,30 @@ pub fn recv_record(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received>
     // Room for one cmsghdr carrying one byte, 8-byte aligned.
     let mut control = [0u64; 4];
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+    // SAFETY: `msghdr` is a C struct of integers and raw pointers (plus padding
+    // integers on musl), so all zeros is a valid value: null pointers, zero lengths.
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
     // SAFETY: `msg` points at `iov` (describing `buf`, writable for its length) and at
-    // `control` (writable, 32 bytes), all of which outlive the call.
+    // `control` (writable for the `msg_controllen` = 32 bytes it announces), all of
+    // which outlive the call; no address buffer is given (`msg_name` null). The kernel
+    // writes within those lengths only. The descriptor is borrowed. (rustix's
+    // `recvmsg` decodes only SCM_RIGHTS/SCM_CREDENTIALS control messages, not
+    // TLS_GET_RECORD_TYPE.)
     let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
     let mut record_type = RECORD_APPLICATION_DATA;
-    // SAFETY: `msg` was filled by a successful recvmsg; CMSG_FIRSTHDR/NXTHDR walk
-    // only within `msg_controllen` bytes of `control`, and CMSG_DATA of a header
-    // whose length covers at least one data byte points inside that buffer.
+    // SAFETY: after a successful recvmsg, `msg_controllen` is the number of bytes the
+    // kernel wrote into `control` (at most its 32). CMSG_FIRSTHDR/NXTHDR return either
+    // null or a header that lies wholly inside those bytes (`control` is 8-byte
+    // aligned, as `cmsghdr` needs), so reading its fields is in bounds; CMSG_DATA of a
+    // header whose `cmsg_len` covers at least one data byte points at a byte the
+    // kernel wrote inside `control`.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
@@ -209,16 +217,21 @@ pub fn recv_record(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received>
 pub fn send_record(sock: BorrowedFd<'_>, record_type: u8, payload: &[u8]) -> io::Result<usize> {
     let mut control = [0u64; 4];
     let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
-    // SAFETY: an all-zero msghdr is a valid value.
+    // SAFETY: as in `recv_record`, all zeros is a valid `msghdr`.
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure size computation.
+    // SAFETY: CMSG_SPACE only computes a size (24 bytes for one data byte on 64-bit
+    // Linux); it touches no memory.
     msg.msg_controllen = unsafe { libc::CMSG_SPACE(1) } as _;
-    // SAFETY: `control` is 32 bytes, more than CMSG_SPACE(1), so the first header and
-    // its one data byte lie inside it; the kernel only reads `payload` (the iovec's
-    // `*mut` is required by the type, not used for writing by sendmsg).
+    // SAFETY: `msg_controllen` (CMSG_SPACE(1)) is at least one header, so
+    // CMSG_FIRSTHDR returns the start of `control`, which is 8-byte aligned as
+    // `cmsghdr` needs; the header and its one data byte lie inside the 32 bytes of
+    // `control`, which are writable. For sendmsg, `msg` points at `iov` (describing
+    // `payload`) and `control`, which outlive the call, and the kernel only reads
+    // them (the iovec's `*mut` is the C type's, not a write). The descriptor is
+    // borrowed. (rustix's `sendmsg` cannot build a SOL_TLS control message.)
     let n = unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         (*cmsg).cmsg_level = SOL_TLS;

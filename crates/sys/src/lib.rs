@@ -1,16 +1,33 @@
 //! The only place in linerate that calls the kernel directly.
 //!
-//! Every function here is a small, safe wrapper around one Linux syscall that no
-//! well-kept library exposes the way the server needs it (`sendfile` on a borrowed
-//! socket, `send` with `MSG_MORE`, `openat2` with `RESOLVE_BENEATH`, CPU affinity,
-//! resource limits). The rules, so that the rest of the workspace can
+//! Every public function here is a small, safe wrapper around one Linux syscall (or
+//! a short fixed sequence of them) shaped the way the server needs it: `sendfile`
+//! on a borrowed socket, `send` with `MSG_MORE`, `preadv`, `openat2` with
+//! `RESOLVE_BENEATH`, CPU affinity, resource limits, page-cache residency, kernel
+//! TLS, NIC settings. The rules, so that the rest of the workspace can
 //! `#![forbid(unsafe_code)]`:
 //!
 //! - wrappers take borrowed file descriptors (`BorrowedFd`) so a call can never
-//!   outlive the descriptor it uses, and return `io::Result`;
-//! - return codes go through [`cvt`] / [`cvt_size`], the one place that turns `-1`
-//!   into `io::Error::last_os_error()`;
-//! - every `unsafe` block carries a `SAFETY:` comment stating the invariant it relies on;
+//!   outlive the descriptor it uses, and return `io::Result` whose `raw_os_error()`
+//!   is the kernel's errno (callers match on `EAGAIN`, `ENOSYS`, `EPERM`, `EXDEV`);
+//! - the plain syscalls go through [rustix](https://docs.rs/rustix): `sendfile`,
+//!   `send`, `preadv`/`preadv2(RWF_NOWAIT)`, `openat2`/`openat`, `fstat`/`fstatat`,
+//!   `fcntl`, `posix_fadvise`, affinity and `getcpu`, `gettid`, rlimits, the clock
+//!   tick rate, socket creation, `sendto`/`recv` and the socket options it has typed
+//!   wrappers for. Its Linux backend makes the syscall itself (inline assembly, on
+//!   glibc and musl alike), with no allocation and no extra syscall per call, and
+//!   its errors convert to `io::Error` with the same errno;
+//! - `unsafe` with libc remains only where no safe wrapper exists: `readahead`,
+//!   `cachestat` (syscall 451), socket options rustix lacks (`TCP_INFO`, `TCP_ULP`,
+//!   `TCP_NOTSENT_LOWAT`, `SO_MAX_PACING_RATE`, the kTLS keys: a closed set of
+//!   pointer-free options, `ByteOption`), `SIOCOUTQ`, the kTLS record-type control
+//!   messages of `recvmsg`/`sendmsg`, `SO_ATTACH_REUSEPORT_CBPF`, the ethtool ioctl
+//!   (an `unsafe fn`: its soundness depends on the command matching the buffer)
+//!   and the guard-paged buffers some of its commands need, and the NUMA calls
+//!   (`set_mempolicy`, `get_mempolicy`, `mmap` + `mincore`);
+//! - every `unsafe` block carries a `SAFETY:` comment stating the invariant it relies
+//!   on, and every `unsafe fn` a `# Safety` section (both enforced by clippy:
+//!   `undocumented_unsafe_blocks`, `missing_safety_doc`);
 //! - kernel quirks are written down at the call site with the kernel version.
 //!
 //! Modules: [`ktls`] (kernel TLS), [`sockdiag`] (kTLS offload state per socket),
@@ -19,6 +36,8 @@
 //! per-socket TCP settings), [`reuseport`]
 //! (steering connections with classic BPF), [`ethtool`] (NIC
 //! coalescing, stats, features), [`clock`] (clock ticks).
+
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
 pub mod clock;
 pub mod ethtool;
@@ -29,12 +48,16 @@ pub mod reuseport;
 pub mod sockdiag;
 pub mod tcp;
 
-use std::ffi::{CString, OsStr};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::net::SendFlags;
+use rustix::process::{Resource, Rlimit};
+use rustix::thread::CpuSet;
 
 /// Linux moves at most this many bytes in one `sendfile` call (`MAX_RW_COUNT`,
 /// `INT_MAX & PAGE_MASK`); larger requests are silently shortened, so callers loop.
@@ -64,57 +87,85 @@ fn cvt_long(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
+/// A file offset as the kernel takes it (`loff_t`, signed 64 bits). Larger values
+/// are refused here with `InvalidInput` rather than passed on.
+fn file_offset(offset: u64) -> io::Result<u64> {
+    if offset > i64::MAX as u64 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"));
+    }
+    Ok(offset)
+}
+
+/// Refuses a path with a NUL byte before the kernel sees it (`InvalidInput`, no
+/// errno), as `std::fs` does.
+fn check_path(path: &Path) -> io::Result<&Path> {
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"));
+    }
+    Ok(path)
+}
+
+/// The socket options this crate sets or reads as raw bytes: those rustix has no
+/// typed wrapper for. Each takes its value by copy, with no pointer inside that the
+/// kernel would follow, so any bytes of any length are memory-safe to pass (the
+/// kernel validates them); that is what makes [`setsockopt_bytes`] and
+/// [`getsockopt_bytes`] sound, and why they take this closed set and not any
+/// level and name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ByteOption {
+    /// `TCP_INFO`: a `struct tcp_info`, truncated to the buffer.
+    TcpInfo,
+    /// `TCP_ULP`: the name of an upper-layer protocol.
+    TcpUlp,
+    /// `TCP_NOTSENT_LOWAT`: an int.
+    TcpNotsentLowat,
+    /// `SO_MAX_PACING_RATE`: a u32 or u64.
+    MaxPacingRate,
+    /// `SOL_TLS`/`TLS_TX`, `TLS_RX`: a `struct tls12_crypto_info_*`, all bytes.
+    TlsTx,
+    TlsRx,
+    /// `SOL_TLS`/`TLS_TX_ZEROCOPY_RO`: an int.
+    TlsTxZerocopyRo,
+}
+
+impl ByteOption {
+    fn level_and_name(self) -> (libc::c_int, libc::c_int) {
+        match self {
+            ByteOption::TcpInfo => (libc::IPPROTO_TCP, libc::TCP_INFO),
+            ByteOption::TcpUlp => (libc::IPPROTO_TCP, ktls::TCP_ULP),
+            ByteOption::TcpNotsentLowat => (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT),
+            ByteOption::MaxPacingRate => (libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE),
+            ByteOption::TlsTx => (ktls::SOL_TLS, ktls::TLS_TX),
+            ByteOption::TlsRx => (ktls::SOL_TLS, ktls::TLS_RX),
+            ByteOption::TlsTxZerocopyRo => (ktls::SOL_TLS, ktls::TLS_TX_ZEROCOPY_RO),
+        }
+    }
+}
+
 /// `setsockopt` with a byte buffer as the value.
-pub(crate) fn setsockopt_bytes(
-    sock: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &[u8],
-) -> io::Result<()> {
-    // SAFETY: `value` is valid for its length for the duration of the call and the
-    // kernel only reads it; the descriptor is borrowed.
-    let ret = unsafe {
-        libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), value.len() as libc::socklen_t)
-    };
+pub(crate) fn setsockopt_bytes(sock: BorrowedFd<'_>, option: ByteOption, value: &[u8]) -> io::Result<()> {
+    let (level, name) = option.level_and_name();
+    let len = libc::socklen_t::try_from(value.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "socket option value too long"))?;
+    // SAFETY: `value` is valid for reads of `len` bytes for the duration of the call,
+    // and the kernel reads no more than that and writes nothing. Every `ByteOption`
+    // takes its value by copy, with no pointer inside for the kernel to follow, so
+    // no other memory is touched whatever the bytes. The descriptor is borrowed, so
+    // it stays open across the call.
+    let ret = unsafe { libc::setsockopt(sock.as_raw_fd(), level, name, value.as_ptr().cast(), len) };
     cvt(ret).map(drop)
 }
 
-/// `SO_RCVTIMEO`: a blocking receive on `sock` fails with `EAGAIN` after `timeout`.
-pub(crate) fn set_recv_timeout(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
-    // struct timeval is exactly these two fields on Linux, without padding.
-    const _: () = assert!(
-        std::mem::size_of::<libc::timeval>()
-            == std::mem::size_of::<libc::time_t>() + std::mem::size_of::<libc::suseconds_t>()
-    );
-    let secs = libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX);
-    let usecs = timeout.subsec_micros() as libc::suseconds_t;
-    let mut tv = [0u8; std::mem::size_of::<libc::timeval>()];
-    let (sec_bytes, usec_bytes) = tv.split_at_mut(std::mem::size_of::<libc::time_t>());
-    sec_bytes.copy_from_slice(&secs.to_ne_bytes());
-    usec_bytes.copy_from_slice(&usecs.to_ne_bytes());
-    setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
-}
-
 /// `getsockopt` into a byte buffer; returns how many bytes the kernel wrote.
-pub(crate) fn getsockopt_bytes(
-    sock: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    buf: &mut [u8],
-) -> io::Result<usize> {
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is writable for `len` bytes; the kernel writes at most `len` and
-    // stores the size written in `len`. The descriptor is borrowed.
+pub(crate) fn getsockopt_bytes(sock: BorrowedFd<'_>, option: ByteOption, buf: &mut [u8]) -> io::Result<usize> {
+    let (level, name) = option.level_and_name();
+    let mut len = libc::socklen_t::try_from(buf.len()).unwrap_or(libc::socklen_t::MAX);
+    // SAFETY: `buf` is valid for writes of `len` bytes (`len` is at most its length)
+    // and `len` is a live, writable socklen_t; for every `ByteOption` the kernel
+    // writes at most `len` bytes into `buf`, follows no pointer inside it, and stores
+    // the number written in `len`. The descriptor is borrowed.
     let ret = unsafe { libc::getsockopt(sock.as_raw_fd(), level, name, buf.as_mut_ptr().cast(), &mut len) };
-    cvt(ret).map(|_| len as usize)
-}
-
-fn c_path(path: &Path) -> io::Result<CString> {
-    c_bytes(path.as_os_str())
-}
-
-fn c_bytes(s: &OsStr) -> io::Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+    cvt(ret).map(|_| (len as usize).min(buf.len()))
 }
 
 /// Sends up to `count` bytes of `file`, starting at `offset`, to `socket` without
@@ -125,13 +176,8 @@ fn c_bytes(s: &OsStr) -> io::Result<CString> {
 /// after the response was planned): the caller must treat it as truncation, not retry.
 /// A non-blocking socket whose buffer is full gives `ErrorKind::WouldBlock`.
 pub fn sendfile(socket: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: u64, count: usize) -> io::Result<usize> {
-    let mut off: libc::off64_t =
-        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
-    let count = count.min(SENDFILE_MAX_BYTES);
-    // SAFETY: both descriptors are borrowed, so they stay open for the call; `off`
-    // is a live local the kernel writes the new offset into, and nothing else aliases it.
-    let ret = unsafe { libc::sendfile64(socket.as_raw_fd(), file.as_raw_fd(), &mut off, count) };
-    cvt_size(ret)
+    let mut off = file_offset(offset)?;
+    Ok(rustix::fs::sendfile(socket, file, Some(&mut off), count.min(SENDFILE_MAX_BYTES))?)
 }
 
 /// Sends `buf` on a connected socket. With `more = true` the kernel is told that
@@ -139,32 +185,18 @@ pub fn sendfile(socket: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: u64, count
 /// body bytes and they leave in the same segment, without a cork/uncork pair.
 /// Never raises `SIGPIPE` (`MSG_NOSIGNAL`): a closed peer gives `EPIPE`.
 pub fn send(socket: BorrowedFd<'_>, buf: &[u8], more: bool) -> io::Result<usize> {
-    let mut flags = libc::MSG_NOSIGNAL;
-    if more {
-        flags |= libc::MSG_MORE;
-    }
-    // SAFETY: `buf` is a valid slice for `buf.len()` bytes for the duration of the
-    // call, and the kernel only reads from it; the descriptor is borrowed.
-    let ret = unsafe { libc::send(socket.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
-    cvt_size(ret)
-}
-
-/// `struct open_how` of openat2(2), version 0 (24 bytes). libc's copy is
-/// `#[non_exhaustive]`, so it cannot be built with a literal.
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
+    let flags = if more { SendFlags::NOSIGNAL | SendFlags::MORE } else { SendFlags::NOSIGNAL };
+    Ok(rustix::net::send(socket, buf, flags)?)
 }
 
 /// Starts reading `len` bytes of `file` at `offset` into the page cache
 /// (`readahead(2)`). The pages are allocated by the calling thread, under its
 /// memory policy: a thread on a disk's NUMA node fills the cache on that node.
 pub fn readahead(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {
-    let offset: libc::off64_t =
-        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
-    // SAFETY: no memory is passed; the descriptor is borrowed.
+    let offset = file_offset(offset)? as libc::off64_t;
+    // SAFETY: readahead(2) takes no pointers, so no memory is at stake; the
+    // descriptor is borrowed, so it stays open across the call. (rustix has no
+    // wrapper for it.)
     cvt_size(unsafe { libc::readahead(file.as_raw_fd(), offset, len) })?;
     Ok(())
 }
@@ -172,19 +204,13 @@ pub fn readahead(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()
 /// Reads from `file` at `offset` into several buffers with one `preadv`, filling
 /// them in order. Used to read file data straight into the payload slots of a
 /// batch of TLS records. Returns the bytes read; fewer than asked means the file
-/// ended (0 at or past its end).
-pub fn preadv(file: BorrowedFd<'_>, bufs: &mut [std::io::IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
-    let offset: libc::off64_t =
-        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
-    let count = bufs.len().min(1024) as libc::c_int; // IOV_MAX
-                                                     // SAFETY: `IoSliceMut` is guaranteed ABI-compatible with `struct iovec` on Unix;
-                                                     // each describes a writable buffer borrowed for the duration of the call, and the
-                                                     // kernel writes at most each one's length. The descriptor is borrowed.
-    let ret = unsafe { libc::preadv64(file.as_raw_fd(), bufs.as_mut_ptr().cast(), count, offset) };
-    cvt_size(ret)
+/// ended (0 at or past its end). At most `IOV_MAX` (1024) buffers are used per call.
+pub fn preadv(file: BorrowedFd<'_>, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
+    let offset = file_offset(offset)?;
+    Ok(rustix::io::preadv(file, bufs, offset)?)
 }
 
-const OPEN_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+const OPEN_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC).union(OFlags::NONBLOCK).union(OFlags::NOCTTY);
 
 /// Opens `path` (relative) below the directory `dir` for reading, refusing any
 /// resolution that leaves `dir`: `..` above it, absolute paths, and symlinks whose
@@ -195,48 +221,24 @@ const OPEN_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBL
 /// The descriptor is opened `O_NONBLOCK` so that a FIFO in the content tree cannot
 /// block the worker; call [`set_blocking`] once it is known to be a regular file.
 pub fn open_beneath(dir: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
-    let path = c_path(path)?;
-    let how =
-        OpenHow { flags: OPEN_FLAGS as u64, mode: 0, resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS };
-    // SAFETY: `path` is a NUL-terminated string and `how` a fully initialised
-    // `open_how` that outlive the call; the size argument is the size of that struct,
-    // as openat2(2) requires. On success the return value is a new descriptor that
-    // nothing else owns, so wrapping it in `OwnedFd` is sound.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    let fd = cvt_long(ret)?;
-    // SAFETY: see above; a successful openat2 returns a descriptor fitting in c_int.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    Ok(rustix::fs::openat2(dir, check_path(path)?, OPEN_FLAGS, Mode::empty(), resolve)?)
 }
 
 /// Opens `path` relative to `dir` for reading with plain `openat`, following
 /// symlinks wherever they point. Used when the configuration allows symlinks out of
 /// the content root, and as the fallback when the kernel has no `openat2`.
 pub fn open_at(dir: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
-    let path = c_path(path)?;
-    // SAFETY: `path` is NUL-terminated and lives across the call; a successful
-    // openat returns a fresh descriptor owned by nobody else.
-    let fd = cvt(unsafe { libc::openat(dir.as_raw_fd(), path.as_ptr(), OPEN_FLAGS) })?;
-    // SAFETY: as above.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::fs::openat(dir, check_path(path)?, OPEN_FLAGS, Mode::empty())?)
 }
 
 /// Clears `O_NONBLOCK` on a descriptor (used on regular files after
 /// [`open_beneath`], so reads of cold pages block inside `sendfile` as usual
 /// instead of returning `EAGAIN` on filesystems that honour the flag).
 pub fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL take no pointers; the descriptor is borrowed.
-    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    if flags & libc::O_NONBLOCK != 0 {
-        // SAFETY: as above.
-        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) })?;
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    if flags.contains(OFlags::NONBLOCK) {
+        rustix::fs::fcntl_setfl(fd, flags - OFlags::NONBLOCK)?;
     }
     Ok(())
 }
@@ -264,16 +266,19 @@ pub struct FileStat {
 }
 
 impl FileStat {
-    fn from_raw(st: &libc::stat64) -> FileStat {
-        let kind = match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => FileKind::Regular,
-            libc::S_IFDIR => FileKind::Directory,
+    // The field types of `struct stat` differ between architectures (the casts are
+    // no-ops on some of them).
+    #[allow(clippy::unnecessary_cast)]
+    fn from_raw(st: &rustix::fs::Stat) -> FileStat {
+        let kind = match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => FileKind::Regular,
+            FileType::Directory => FileKind::Directory,
             _ => FileKind::Other,
         };
         FileStat {
             kind,
-            dev: st.st_dev,
-            ino: st.st_ino,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
             size_bytes: st.st_size.max(0) as u64,
             mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
             ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
@@ -288,79 +293,47 @@ impl FileStat {
 
 /// `fstat` on an open descriptor.
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
-    let mut st = MaybeUninit::<libc::stat64>::uninit();
-    // SAFETY: `st` is writable memory of the right size; fstat64 fully initialises it
-    // on success, and we only read it after checking the return code.
-    cvt(unsafe { libc::fstat64(fd.as_raw_fd(), st.as_mut_ptr()) })?;
-    // SAFETY: initialised by the successful call above.
-    Ok(FileStat::from_raw(unsafe { st.assume_init_ref() }))
+    Ok(FileStat::from_raw(&rustix::fs::fstat(fd)?))
 }
 
 /// `fstatat` of `path` relative to `dir`, following symlinks. Cheaper than an open
 /// when all the caller needs is to know whether a cached descriptor is still the
 /// file that `path` names.
 pub fn stat_at(dir: BorrowedFd<'_>, path: &Path) -> io::Result<FileStat> {
-    let path = c_path(path)?;
-    let mut st = MaybeUninit::<libc::stat64>::uninit();
-    // SAFETY: `path` is NUL-terminated, `st` is writable and sized for stat64; it is
-    // read only after a successful return.
-    cvt(unsafe { libc::fstatat64(dir.as_raw_fd(), path.as_ptr(), st.as_mut_ptr(), 0) })?;
-    // SAFETY: initialised by the successful call above.
-    Ok(FileStat::from_raw(unsafe { st.assume_init_ref() }))
+    Ok(FileStat::from_raw(&rustix::fs::statat(dir, check_path(path)?, AtFlags::empty())?))
 }
 
 /// The CPUs the calling thread may run on (its affinity mask), in ascending order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: `set` is zeroed memory of size cpu_set_t, which is what we pass as the
-    // size; the kernel writes at most that many bytes.
-    cvt(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_mut_ptr()) })?;
-    // SAFETY: zero-initialised and then filled by the kernel; all bit patterns are valid.
-    let set = unsafe { set.assume_init() };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET reads a bit of a valid set; `cpu < max` keeps it in bounds.
-    Ok((0..max).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
+    let set = rustix::thread::sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).collect())
 }
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    if cpu >= max {
+    if cpu >= CpuSet::MAX_CPU {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "CPU number out of range"));
     }
-    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: the set is zero-initialised (a valid empty set) and `cpu < max` keeps
-    // CPU_SET within it; sched_setaffinity only reads `size_of::<cpu_set_t>()` bytes.
-    unsafe {
-        libc::CPU_SET(cpu, set.assume_init_mut());
-        cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_ptr()))?;
-    }
-    Ok(())
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
 /// Lets the calling thread run on any of `cpus` (and no other).
 pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    if cpus.is_empty() || cpus.iter().any(|&c| c >= max) {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= CpuSet::MAX_CPU) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty CPU list or CPU number out of range"));
     }
-    let mut set = MaybeUninit::<libc::cpu_set_t>::zeroed();
-    // SAFETY: the set is zero-initialised (a valid empty set) and every `cpu < max`
-    // keeps CPU_SET within it; sched_setaffinity only reads `size_of::<cpu_set_t>()` bytes.
-    unsafe {
-        for &cpu in cpus {
-            libc::CPU_SET(cpu, set.assume_init_mut());
-        }
-        cvt(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set.as_ptr()))?;
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu);
     }
-    Ok(())
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
-/// The CPU the calling thread is running on right now (`sched_getcpu`).
+/// The CPU the calling thread is running on right now (`getcpu`).
 pub fn current_cpu() -> io::Result<usize> {
-    // SAFETY: no arguments, no memory touched.
-    let cpu = cvt(unsafe { libc::sched_getcpu() })?;
-    Ok(cpu as usize)
+    Ok(rustix::thread::sched_getcpu())
 }
 
 /// Soft and hard limits on open files of this process.
@@ -370,14 +343,10 @@ pub struct FileLimit {
     pub hard: u64,
 }
 
-/// Reads `RLIMIT_NOFILE`.
+/// Reads `RLIMIT_NOFILE`. An unlimited value reads as `u64::MAX` (`RLIM_INFINITY`).
 pub fn nofile_limit() -> io::Result<FileLimit> {
-    let mut lim = MaybeUninit::<libc::rlimit>::uninit();
-    // SAFETY: `lim` is writable and sized for rlimit; read only after success.
-    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) })?;
-    // SAFETY: initialised by the successful call.
-    let lim = unsafe { lim.assume_init() };
-    Ok(FileLimit { soft: lim.rlim_cur, hard: lim.rlim_max })
+    let lim = rustix::process::getrlimit(Resource::Nofile);
+    Ok(FileLimit { soft: lim.current.unwrap_or(u64::MAX), hard: lim.maximum.unwrap_or(u64::MAX) })
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (what a server that holds
@@ -385,9 +354,8 @@ pub fn nofile_limit() -> io::Result<FileLimit> {
 pub fn raise_nofile_limit() -> io::Result<FileLimit> {
     let cur = nofile_limit()?;
     if cur.soft < cur.hard {
-        let lim = libc::rlimit { rlim_cur: cur.hard, rlim_max: cur.hard };
-        // SAFETY: `lim` is a valid rlimit read by the kernel during the call.
-        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+        let hard = (cur.hard != u64::MAX).then_some(cur.hard);
+        rustix::process::setrlimit(Resource::Nofile, Rlimit { current: hard, maximum: hard })?;
     }
     nofile_limit()
 }
@@ -446,6 +414,32 @@ mod tests {
         assert_eq!(st.kind, FileKind::Regular);
         assert_eq!(st.size_bytes, 1);
         assert_eq!(stat_at(fd, Path::new("in")).unwrap().ino, st.ino);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn opened_files_are_nonblocking_until_set_blocking() {
+        let dir = std::env::temp_dir().join(format!("linerate-sys-n-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"z").unwrap();
+        let dirfd = std::fs::File::open(&dir).unwrap();
+        let file = open_at(dirfd.as_fd(), Path::new("f")).unwrap();
+        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
+        assert!(flags.contains(OFlags::NONBLOCK), "{flags:?}");
+        set_blocking(file.as_fd()).unwrap();
+        let flags = rustix::fs::fcntl_getfl(&file).unwrap();
+        assert!(!flags.contains(OFlags::NONBLOCK), "{flags:?}");
+        assert_eq!(rustix::io::fcntl_getfd(&file).unwrap(), rustix::io::FdFlags::CLOEXEC);
+        // Refused before the kernel: no errno, as std::fs does it.
+        for e in [
+            open_at(dirfd.as_fd(), Path::new("f\0x")).unwrap_err(),
+            open_beneath(dirfd.as_fd(), Path::new("f\0x")).unwrap_err(),
+            stat_at(dirfd.as_fd(), Path::new("f\0x")).unwrap_err(),
+            sendfile(dirfd.as_fd(), file.as_fd(), 1 << 63, 1).unwrap_err(),
+            preadv(file.as_fd(), &mut [], u64::MAX).unwrap_err(),
+        ] {
+            assert_eq!((e.kind(), e.raw_os_error()), (io::ErrorKind::InvalidInput, None), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

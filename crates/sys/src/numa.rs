@@ -18,8 +18,9 @@ pub fn prefer_node(node: u32) -> io::Result<()> {
     }
     let mut mask = [0u64; MASK_WORDS];
     mask[node / 64] |= 1 << (node % 64);
-    // SAFETY: `mask` is a readable array of MASK_WORDS words and `maxnode` says how
-    // many bits of it the kernel may read; nothing is written.
+    // SAFETY: `mask` is a live, readable array of MASK_WORDS u64 words; with `maxnode`
+    // MASK_WORDS * 64 + 1 the kernel reads `maxnode - 1` bits, exactly that array, and
+    // writes nothing. (Neither libc nor rustix wraps set_mempolicy.)
     let ret = unsafe {
         libc::syscall(libc::SYS_set_mempolicy, MPOL_PREFERRED, mask.as_ptr(), (MASK_WORDS * 64 + 1) as libc::c_ulong)
     };
@@ -34,8 +35,10 @@ pub fn prefer_node(node: u32) -> io::Result<()> {
 /// page exists): `get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`.
 pub fn node_of(byte: &u8) -> io::Result<u32> {
     let mut node: libc::c_int = -1;
-    // SAFETY: `node` is a writable int; no node mask is passed (null, maxnode 0);
-    // `byte` is a live reference, so its address is mapped for the call.
+    // SAFETY: `node` is a live, writable int, the only memory the kernel writes; no
+    // node mask is passed (null, maxnode 0); with MPOL_F_ADDR the address is only
+    // looked up by the kernel, and `byte` is a live reference, so it is mapped for
+    // the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_get_mempolicy,
@@ -71,9 +74,10 @@ pub fn page_cache_nodes(file: BorrowedFd<'_>, offset: u64, len: u64, samples: us
     let map_len = (offset + len - start).div_ceil(page) * page;
     let pages = map_len / page;
     let take = (samples as u64).min(pages);
-    // SAFETY: a fresh read-only shared mapping chosen by the kernel; failure is
-    // checked before use, and it is unmapped below on every path. Nothing reads it
-    // from user space.
+    // SAFETY: a new read-only shared mapping at an address the kernel chooses (no
+    // hint), so it replaces nothing; failure is checked before use, and it is
+    // unmapped below on every path. Nothing in user space reads it, so a file that
+    // shrinks meanwhile cannot raise SIGBUS here. The descriptor is borrowed.
     let base = unsafe {
         libc::mmap64(
             std::ptr::null_mut(),
@@ -88,7 +92,9 @@ pub fn page_cache_nodes(file: BorrowedFd<'_>, offset: u64, len: u64, samples: us
         return Err(io::Error::last_os_error());
     }
     let mut resident = vec![0u8; pages as usize];
-    // SAFETY: `base`/`map_len` is our mapping; `resident` has one byte per page.
+    // SAFETY: `base`/`map_len` is the page-aligned mapping made above; the kernel
+    // writes one byte per page of it into `resident`, which has exactly `pages`
+    // bytes. (rustix has no mincore.)
     let ret = unsafe { libc::mincore(base, map_len as usize, resident.as_mut_ptr()) };
     let mut out = Vec::with_capacity(take as usize);
     let mut failure = (ret == -1).then(io::Error::last_os_error);
@@ -100,8 +106,9 @@ pub fn page_cache_nodes(file: BorrowedFd<'_>, offset: u64, len: u64, samples: us
                 continue;
             }
             let mut node: libc::c_int = -1;
-            // SAFETY: `node` is writable; no mask; the address lies inside our
-            // mapping, and the kernel resolves it itself (no user-space access).
+            // SAFETY: `node` is a live, writable int, the only memory written; no
+            // mask is passed; the address lies inside the mapping made above
+            // (`p < pages`) and is only resolved by the kernel, never read here.
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_get_mempolicy,
@@ -115,7 +122,8 @@ pub fn page_cache_nodes(file: BorrowedFd<'_>, offset: u64, len: u64, samples: us
             out.push(if r == -1 { None } else { u32::try_from(node).ok() });
         }
     }
-    // SAFETY: `base`/`map_len` describe exactly the mapping created above.
+    // SAFETY: `base`/`map_len` describe exactly the mapping created above, and no
+    // reference into it exists.
     unsafe { libc::munmap(base, map_len as usize) };
     match failure.take() {
         Some(e) => Err(e),

@@ -17,9 +17,12 @@
 //! (`can_do_mincore`), so it can silently say "resident" when it is not.
 
 use std::io;
+use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::cvt_long;
+use rustix::io::{Errno, ReadWriteFlags};
+
+use super::{cvt_long, file_offset};
 
 pub const PAGE_BYTES: u64 = 4096;
 
@@ -51,10 +54,12 @@ struct Cachestat {
 pub fn cached_pages(file: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<u64> {
     let range = CachestatRange { off: offset, len: len.max(1) };
     let mut out = Cachestat::default();
-    // SAFETY: `range` and `out` are live, correctly laid out (`struct cachestat_range`
-    // and `struct cachestat` of the kernel's UAPI, all u64 fields) for the whole call;
-    // the kernel reads the first and writes the second. Flags must be 0. The
-    // descriptor is borrowed.
+    // SAFETY: `range` and `out` are live locals, laid out as the kernel's UAPI
+    // `struct cachestat_range` and `struct cachestat` (`repr(C)`, all u64 fields, no
+    // padding), for the whole call; the kernel only reads the first and only writes
+    // within the second, whose size it knows from the syscall's version. Flags must be
+    // 0. The descriptor is borrowed, so it stays open. (Neither libc nor rustix wraps
+    // cachestat.)
     let ret = unsafe {
         libc::syscall(
             SYS_CACHESTAT,
@@ -83,23 +88,12 @@ pub fn pages_spanned(offset: u64, len: u64) -> u64 {
 /// second probe succeed. A byte past the end of the file reads nothing and counts
 /// as resident (there is nothing to wait for; the sender notices the truncation).
 pub fn probe_nowait(file: BorrowedFd<'_>, offset: u64) -> io::Result<bool> {
-    let offset: libc::off64_t =
-        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
-    let mut byte = 0u8;
-    let iov = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
-    // SAFETY: one iovec describing `byte`, a live local writable for 1 byte during
-    // the call; the descriptor is borrowed.
-    let ret = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
-    match ret {
-        -1 => {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EAGAIN) {
-                Ok(false)
-            } else {
-                Err(e)
-            }
-        }
-        _ => Ok(true),
+    let offset = file_offset(offset)?;
+    let mut byte = [0u8; 1];
+    match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut byte)], offset, ReadWriteFlags::NOWAIT) {
+        Ok(_) => Ok(true),
+        Err(Errno::AGAIN) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -119,20 +113,15 @@ pub enum Advice {
 /// `posix_fadvise` on `len` bytes at `offset` (`len` 0: to the end of the file).
 pub fn fadvise(file: BorrowedFd<'_>, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
     let advice = match advice {
-        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
-        Advice::Random => libc::POSIX_FADV_RANDOM,
+        Advice::WillNeed => rustix::fs::Advice::WillNeed,
+        Advice::DontNeed => rustix::fs::Advice::DontNeed,
+        Advice::Random => rustix::fs::Advice::Random,
     };
-    let offset: libc::off64_t =
-        offset.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset beyond off64_t"))?;
-    let len: libc::off64_t =
-        len.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length beyond off64_t"))?;
-    // SAFETY: no memory is passed; the descriptor is borrowed. posix_fadvise returns
-    // the error number instead of setting errno.
-    match unsafe { libc::posix_fadvise64(file.as_raw_fd(), offset, len, advice) } {
-        0 => Ok(()),
-        e => Err(io::Error::from_raw_os_error(e)),
+    let offset = file_offset(offset)?;
+    if len > i64::MAX as u64 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "length beyond off64_t"));
     }
+    Ok(rustix::fs::fadvise(file, offset, NonZeroU64::new(len), advice)?)
 }
 
 #[cfg(test)]

@@ -36,6 +36,12 @@ pub mod op {
     pub const AD_RANDOM: u32 = (-0x1000i32) as u32 + 56;
 }
 
+// `Insn` is passed to the kernel as `struct sock_filter`.
+const _: () = assert!(
+    std::mem::size_of::<Insn>() == std::mem::size_of::<libc::sock_filter>()
+        && std::mem::align_of::<Insn>() == std::mem::align_of::<libc::sock_filter>()
+);
+
 /// The longest program the kernel accepts (`BPF_MAXINSNS`).
 pub const MAX_INSNS: usize = 4096;
 
@@ -45,9 +51,12 @@ pub fn attach_reuseport_cbpf(sock: BorrowedFd<'_>, program: &[Insn]) -> io::Resu
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "program length out of range"));
     }
     let fprog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
-    // SAFETY: `Insn` is `#[repr(C)]` with the layout of `struct sock_filter`; `fprog`
-    // points at `program`, which outlives the call, and the kernel copies the program
-    // without writing to it (the `*mut` is the C type's, not a write).
+    // SAFETY: `Insn` is `#[repr(C)]` with the layout of `struct sock_filter` (u16, u8,
+    // u8, u32: 8 bytes, no padding); `fprog` is a live `struct sock_fprog` whose
+    // `len` (1..=MAX_INSNS, checked above) is the number of instructions `filter`
+    // points at, in `program`, which outlives the call. The kernel copies the program
+    // and never writes through the pointer (the `*mut` is the C type's). The
+    // descriptor is borrowed. (rustix has no wrapper for SO_ATTACH_REUSEPORT_CBPF.)
     let ret = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
@@ -70,27 +79,14 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn reuseport_listener(port: u16) -> std::net::TcpListener {
-        let s = std::net::TcpListener::bind(("127.0.0.1", port));
-        // std cannot set SO_REUSEPORT before bind: do it by hand.
-        drop(s);
-        // SAFETY: plain socket calls with stack arguments; the fd is wrapped at once.
-        unsafe {
-            use std::os::fd::FromRawFd;
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0);
-            let one: libc::c_int = 1;
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, (&one as *const libc::c_int).cast(), 4);
-            let mut addr: libc::sockaddr_in = std::mem::zeroed();
-            addr.sin_family = libc::AF_INET as _;
-            addr.sin_port = port.to_be();
-            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
-            assert_eq!(
-                libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&addr) as _),
-                0
-            );
-            assert_eq!(libc::listen(fd, 16), 0);
-            std::net::TcpListener::from_raw_fd(fd)
-        }
+        // std cannot set SO_REUSEPORT before bind: build the listener with rustix.
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        let sock =
+            rustix::net::socket_with(AddressFamily::INET, SocketType::STREAM, SocketFlags::CLOEXEC, None).unwrap();
+        rustix::net::sockopt::set_socket_reuseport(&sock, true).unwrap();
+        rustix::net::bind(&sock, &std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)).unwrap();
+        rustix::net::listen(&sock, 16).unwrap();
+        std::net::TcpListener::from(sock)
     }
 
     /// A program that always answers "member 1" sends every connection there.

@@ -13,10 +13,12 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-const NETLINK_SOCK_DIAG: libc::c_int = 4;
+use rustix::net::netlink::{self, SocketAddrNetlink};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const NLM_F_REQUEST: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
@@ -71,23 +73,8 @@ pub struct TlsInfo {
 pub fn tls_info(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<TlsInfo>> {
     let req = request(local, peer)?;
     let sock = diag_socket()?;
-    // SAFETY: `req` is a valid buffer for its length; the kernel reads it. A zeroed
-    // sockaddr_nl (family set below) addresses the kernel.
-    let sent = unsafe {
-        let mut kernel: libc::sockaddr_nl = std::mem::zeroed();
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&kernel as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // Port id 0 addresses the kernel.
+    rustix::net::sendto(&sock, &req, SendFlags::empty(), &SocketAddrNetlink::new(0, 0))?;
     let mut buf = [0u8; 8192];
     let n = recv_reply(sock.as_fd(), &mut buf)?;
     parse_reply(&buf[..n])
@@ -95,28 +82,24 @@ pub fn tls_info(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<TlsInf
 
 /// A `NETLINK_SOCK_DIAG` socket whose receives give up after [`REPLY_TIMEOUT`].
 fn diag_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2) call with constant arguments; a non-negative return is a
-    // new descriptor owned by nobody else.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, NETLINK_SOCK_DIAG) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by socket(2) and is not owned elsewhere.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    crate::set_recv_timeout(sock.as_fd(), REPLY_TIMEOUT)?;
+    let sock = rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(netlink::SOCK_DIAG),
+    )?;
+    rustix::net::sockopt::set_socket_timeout(&sock, rustix::net::sockopt::Timeout::Recv, Some(REPLY_TIMEOUT))?;
     Ok(sock)
 }
 
 /// One reply; `ErrorKind::TimedOut` when none came within the socket's timeout.
 fn recv_reply(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is writable for its length and outlives the call; the descriptor
-    // is borrowed.
-    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    match crate::cvt_size(n) {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+    match rustix::net::recv(sock, buf, RecvFlags::empty()) {
+        Ok((n, _)) => Ok(n),
+        Err(rustix::io::Errno::AGAIN) => {
             Err(io::Error::new(io::ErrorKind::TimedOut, "no sock_diag reply within the receive timeout"))
         }
-        other => other,
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -1,11 +1,15 @@
 //! TCP socket options and statistics the server reads or sets itself.
+//!
+//! Options rustix has typed wrappers for go through it (`TCP_CONGESTION`,
+//! `SO_INCOMING_CPU`, `SO_SNDBUF`); the rest (`TCP_INFO`, `TCP_NOTSENT_LOWAT`,
+//! `SO_MAX_PACING_RATE`) through the crate's byte-buffer `getsockopt`/`setsockopt`.
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
-use std::os::fd::AsRawFd;
+use rustix::net::sockopt;
 
-use crate::{cvt, getsockopt_bytes, setsockopt_bytes};
+use crate::{cvt, getsockopt_bytes, setsockopt_bytes, ByteOption};
 
 /// The parts of `struct tcp_info` (linux/tcp.h) the server samples.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,7 +32,7 @@ pub struct TcpInfo {
 /// Reads `TCP_INFO`. Fields the running kernel does not report are 0.
 pub fn tcp_info(sock: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     let mut raw = [0u8; 256];
-    let len = getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_INFO, &mut raw)?;
+    let len = getsockopt_bytes(sock, ByteOption::TcpInfo, &mut raw)?;
     let raw = &raw[..len];
     // Offsets of struct tcp_info, stable since each field was added.
     let u32_at = |o: usize| raw.get(o..o + 4).map_or(0, |b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
@@ -49,9 +53,9 @@ pub fn tcp_info(sock: BorrowedFd<'_>) -> io::Result<TcpInfo> {
 /// The CPU whose softirq received the connection's packets (`SO_INCOMING_CPU`,
 /// Linux 3.19+): for a just-accepted socket, the CPU that took its SYN.
 pub fn incoming_cpu(sock: BorrowedFd<'_>) -> io::Result<usize> {
-    let mut v = [0u8; 4];
-    getsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_INCOMING_CPU, &mut v)?;
-    let cpu = i32::from_ne_bytes(v);
+    // The kernel stores -1 until a packet has been received; rustix reads the int
+    // as a u32.
+    let cpu = sockopt::socket_incoming_cpu(sock)? as i32;
     if cpu < 0 {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no incoming CPU recorded"));
     }
@@ -61,16 +65,12 @@ pub fn incoming_cpu(sock: BorrowedFd<'_>) -> io::Result<usize> {
 /// Sets the congestion control algorithm (`TCP_CONGESTION`), e.g. `bbr`. Sockets
 /// accepted from a listener inherit it.
 pub fn set_congestion_control(sock: BorrowedFd<'_>, name: &str) -> io::Result<()> {
-    setsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_bytes())
+    Ok(sockopt::set_tcp_congestion(sock, name)?)
 }
 
 /// The congestion control algorithm in use.
 pub fn congestion_control(sock: BorrowedFd<'_>) -> io::Result<String> {
-    let mut buf = [0u8; 32];
-    let n = getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_CONGESTION, &mut buf)?;
-    let name = &buf[..n];
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+    Ok(sockopt::tcp_congestion(sock)?)
 }
 
 /// Caps the pacing rate (`SO_MAX_PACING_RATE`, bytes per second; honoured by the fq
@@ -79,21 +79,21 @@ pub fn set_max_pacing_rate(sock: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Resu
     // The option takes a u64 since Linux 4.20, a u32 before; a u32 value works on both
     // when it fits.
     match u32::try_from(bytes_per_sec) {
-        Ok(v) => setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &v.to_ne_bytes()),
-        Err(_) => setsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_sec.to_ne_bytes()),
+        Ok(v) => setsockopt_bytes(sock, ByteOption::MaxPacingRate, &v.to_ne_bytes()),
+        Err(_) => setsockopt_bytes(sock, ByteOption::MaxPacingRate, &bytes_per_sec.to_ne_bytes()),
     }
 }
 
 /// Limits unsent data queued in the socket (`TCP_NOTSENT_LOWAT`): the socket reports
 /// writable only when less than this is waiting, so a slow client holds less memory.
 pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
-    setsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &bytes.to_ne_bytes())
+    setsockopt_bytes(sock, ByteOption::TcpNotsentLowat, &bytes.to_ne_bytes())
 }
 
 /// Reads an integer socket option, for tests that check what a socket inherited.
 pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
     let mut v = [0u8; 4];
-    getsockopt_bytes(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &mut v)?;
+    getsockopt_bytes(sock, ByteOption::TcpNotsentLowat, &mut v)?;
     Ok(u32::from_ne_bytes(v))
 }
 
@@ -102,12 +102,11 @@ pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
 /// acknowledged). An estimate: the kernel also charges per-packet overhead against
 /// the cap, so a write of this size may be taken only in part.
 pub fn send_room(sock: BorrowedFd<'_>) -> io::Result<usize> {
-    let mut v = [0u8; 4];
-    getsockopt_bytes(sock, libc::SOL_SOCKET, libc::SO_SNDBUF, &mut v)?;
-    let cap = i32::from_ne_bytes(v).max(0) as usize;
+    let cap = sockopt::socket_send_buffer_size(sock)?;
     let mut queued: libc::c_int = 0;
-    // SAFETY: SIOCOUTQ (TIOCOUTQ) on a socket writes one int through the pointer,
-    // which points to a live, writable c_int. The descriptor is borrowed.
+    // SAFETY: SIOCOUTQ (same number as TIOCOUTQ) on a socket writes exactly one int
+    // through its argument, which points to `queued`, a live, writable c_int. The
+    // descriptor is borrowed, so it stays open. (rustix has no wrapper for SIOCOUTQ.)
     let ret = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut queued as *mut libc::c_int) };
     cvt(ret)?;
     Ok(cap.saturating_sub(queued.max(0) as usize))
@@ -115,8 +114,7 @@ pub fn send_room(sock: BorrowedFd<'_>) -> io::Result<usize> {
 
 /// The calling thread's kernel id (for its CPU time in /proc/self/task/TID/stat).
 pub fn current_tid() -> u32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::gettid() as u32 }
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
 #[cfg(test)]
@@ -136,6 +134,9 @@ mod tests {
         assert_eq!(congestion_control(server.as_fd()).unwrap(), "reno");
         assert_eq!(notsent_lowat(server.as_fd()).unwrap(), 131072);
         let _ = incoming_cpu(server.as_fd()).unwrap();
+        // A socket that has received nothing has no incoming CPU (the kernel's -1).
+        let idle = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(incoming_cpu(idle.as_fd()).unwrap_err().kind(), io::ErrorKind::NotFound);
         let info = tcp_info(client.as_fd()).unwrap();
         assert!(info.snd_cwnd_segments > 0, "{info:?}");
         assert!(current_tid() > 0);

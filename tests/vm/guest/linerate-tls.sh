@@ -37,6 +37,31 @@ linerate_stop() {
     [ "$status" = 0 ] || fail "linerate exited with status $status after TERM; stderr: $(cat /tmp/linerate.err)"
 }
 
+# http_request METHOD TARGET [FIELD...]: appends an HTTP/1.1 request for localhost
+# with the given fields ("Name: value") to /tmp/pipeline.req.
+http_request() {
+    local method=$1 target=$2
+    shift 2
+    printf '%s %s HTTP/1.1\r\nHost: localhost\r\n' "$method" "$target" >>/tmp/pipeline.req
+    for field in "$@"; do printf '%s\r\n' "$field" >>/tmp/pipeline.req; done
+    printf '\r\n' >>/tmp/pipeline.req
+}
+
+# tls_pipeline ADDR PORT VERSION_OPTION OUT: one TLS connection to ADDR:PORT (name
+# localhost, verified against the test CA) that writes all of /tmp/pipeline.req at
+# once and saves every byte read until the server closes in OUT. openssl s_client
+# reads its standard input in 16 KiB blocks and writes each block with one SSL_write,
+# so a request file under 16 KiB leaves in one TLS record; -quiet also makes it keep
+# reading after the end of its input. VERSION_OPTION: -tls1_3 or -tls1_2.
+tls_pipeline() {
+    local size
+    size=$(file_size /tmp/pipeline.req)
+    [ "$size" -lt 16384 ] || fail "/tmp/pipeline.req is $size bytes: more than one TLS record"
+    timeout 120 /usr/bin/openssl s_client -quiet -connect "$1:$2" -servername localhost \
+        -CAfile "$TLS_DIR/ca.pem" -verify_return_error "$3" </tmp/pipeline.req >"$4" 2>/tmp/s_client.err ||
+        fail "openssl s_client $3 to $1:$2 failed: $(cat /tmp/s_client.err)"
+}
+
 # check_ktls_counters TX_BEFORE RX_BEFORE MODE CONNECTIONS: MODE is ktls-tx-rx, and
 # /proc/net/tls_stat counted one software kTLS TX socket and one RX socket per
 # connection; no record failed to decrypt.

@@ -1,5 +1,5 @@
 # Helpers for the interrupt-moderation scenarios (dim, dim-traffic), sourced
-# after /vm/lib.sh. They drive `linerate tune dim` (crates/linerate/src/tune/
+# after /vm/lib.sh. They drive `linerate tune dim` (crates/server/src/tune/
 # moderation.rs) against the e1000e of cable 0 (srv0) and read back what the driver
 # really holds with `ethtool -c`.
 

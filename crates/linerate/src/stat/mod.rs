@@ -11,8 +11,6 @@
 //! when it answers: connections, requests/s, the kTLS share of TLS bytes, 5xx/s and
 //! the share of connections accepted across NUMA domains.
 
-pub mod procfs;
-
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -21,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
-use procfs::Kernel;
+use linerate::procfs::Kernel;
 
 #[derive(clap::Args, Debug)]
 pub struct StatArgs {

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::AdminState;
-use crate::stat::procfs;
+use crate::procfs;
 
 #[derive(Serialize, Debug, Default)]
 pub struct Cold {

@@ -2,8 +2,10 @@
 //! traffic, with each static coalescing profile and with adaptive moderation, so the
 //! algorithm in `linerate-dim` can be judged against the best fixed setting.
 //!
-//! The simulator lives in the binary, not in the `linerate-dim` crate, because it
-//! needs a plotting library and a histogram; the algorithm crate stays free of both.
+//! The simulator is its own crate, not part of `linerate-dim`, because it needs a
+//! plotting library and a histogram; the algorithm crate and the server stay free of
+//! both.
+#![forbid(unsafe_code)]
 
 mod plot;
 mod queue;

@@ -19,6 +19,7 @@
 //! Bounds: at most [`MAX_SESSIONS`] sessions, at most [`MAX_DURATION_SECS`] seconds,
 //! every wait bounded by the end of the run or a timeout, and a backstop that drops
 //! any session still running 5 s after the end.
+#![forbid(unsafe_code)]
 
 mod catalogue;
 mod client;

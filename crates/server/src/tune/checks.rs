@@ -507,7 +507,7 @@ mod tests {
     use crate::tune::features::SnapshotFeatures;
 
     fn fixture(name: &str) -> Host {
-        Host::new(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tune").join(name))
+        Host::new(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../linerate/tests/fixtures/tune").join(name))
     }
 
     fn findings(host: &Host) -> Vec<Finding> {

@@ -241,7 +241,7 @@ impl Queue<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dim_sim::traffic::{Flow, TrafficModel};
+    use crate::traffic::{Flow, TrafficModel};
 
     fn ping_pong(profile: Profile) -> Outcome {
         let mut t = Traffic::new(TrafficModel::default(), 3);

@@ -1,0 +1,16 @@
+//! The linerate media server as a library: the `linerate` binary parses the command
+//! line and calls into it; the fuzz targets use its configuration parser and its
+//! user-space TLS record layer.
+#![forbid(unsafe_code)]
+
+mod admin;
+pub mod config;
+pub mod demo;
+pub mod procfs;
+pub mod server;
+mod stats;
+pub mod sysfs;
+pub mod tls;
+pub mod topology;
+mod transport;
+pub mod tune;
