@@ -8,6 +8,7 @@ pub mod config;
 pub mod demo;
 pub mod procfs;
 pub mod server;
+pub mod signed;
 mod stats;
 pub mod sysfs;
 pub mod tls;

@@ -135,6 +135,15 @@ impl Verdict {
         }
     }
 
+    /// This verdict's position in [`Verdict::LABELS`], for per-verdict counters.
+    pub fn index(self) -> usize {
+        match self {
+            Verdict::Allow => 0,
+            Verdict::Expired => 1,
+            Verdict::Deny(reason) => 2 + reason as usize,
+        }
+    }
+
     /// `allowed`, `expired` or the [`Reason::label`]: one metric label value.
     pub fn label(self) -> &'static str {
         match self {
@@ -300,6 +309,15 @@ mod tests {
         let mut all = Verdict::LABELS.to_vec();
         all.sort_unstable();
         assert_eq!(labels, all);
+    }
+
+    #[test]
+    fn indexes_follow_labels() {
+        let all = [Verdict::Allow, Verdict::Expired].into_iter().chain(Reason::ALL.map(Verdict::Deny));
+        for (i, verdict) in all.enumerate() {
+            assert_eq!(verdict.index(), i);
+            assert_eq!(Verdict::LABELS[i], verdict.label());
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! transport.
 
 use std::cell::{Cell, RefCell};
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +34,7 @@ use linerate_http::plan::{plan_file, Body, FileInfo};
 use linerate_http::request::{self, BodyFraming, Parsed};
 use linerate_http::response::HeadWriter;
 use linerate_http::{Method, Request, RequestError, Status, Version};
+use linerate_urlauth::{Rules, Verdict};
 
 use super::files::{FileCache, Lookup, LookupError, OpenFile};
 use super::fill::FillPool;
@@ -61,6 +63,11 @@ pub struct Context {
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
     pub debug_field: Vec<u8>,
+    /// The newest signed-URL rules, replaced at each reload. Every request checks
+    /// against these rather than its connection's settings, so a key added or removed
+    /// by a reload counts for connections accepted before it too: keys rotate with no
+    /// window in which a long keep-alive connection still lacks the new one.
+    pub signed: RefCell<Arc<Rules>>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
@@ -86,6 +93,7 @@ impl Context {
             fill,
             page_chooser,
             debug_field,
+            signed: RefCell::new(Arc::new(Rules::new())),
             shutting_down: Cell::new(false),
             shutdown: Notify::new(),
             boundary_seq: Cell::new(0),
@@ -123,6 +131,8 @@ impl Context {
 
 /// What the accept path learned about a connection.
 pub struct ConnInfo {
+    /// The client's address (signed URLs may be bound to it).
+    pub peer: IpAddr,
     /// Set for the connections chosen for TCP_INFO sampling.
     pub sampler: Option<Sampler>,
     /// The SYN arrived in another silo than this worker's.
@@ -131,7 +141,7 @@ pub struct ConnInfo {
 
 /// Serves one connection until it closes.
 pub async fn serve<T: Transport>(io: T, worker: &Context, settings: &Settings, info: ConnInfo) {
-    let ConnInfo { sampler, cross_domain } = info;
+    let ConnInfo { peer, sampler, cross_domain } = info;
     let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {
         io,
@@ -147,6 +157,8 @@ pub async fn serve<T: Transport>(io: T, worker: &Context, settings: &Settings, i
         served: 0,
         body_bytes_counted: 0,
         cross_domain,
+        peer,
+        note: Note::default(),
     };
     let ending = conn.run(&mut state, sampler.as_ref()).await;
     conn.count_body_bytes();
@@ -194,6 +206,24 @@ struct Conn<'a, T> {
     served: u64,
     body_bytes_counted: u64,
     cross_domain: bool,
+    peer: IpAddr,
+    /// What may be logged about the current request beyond its path.
+    note: Note,
+}
+
+/// What a request log may say about a request besides its method, path and status:
+/// whether it had a query, never the query itself (it may carry a signed-URL token),
+/// and the signed-URL verdict.
+#[derive(Clone, Copy, Debug, Default)]
+struct Note {
+    query_present: bool,
+    signed: Option<Verdict>,
+}
+
+impl Note {
+    fn signed_label(&self) -> &'static str {
+        self.signed.map_or("-", Verdict::label)
+    }
 }
 
 impl<T: Transport> Conn<'_, T> {
@@ -403,13 +433,54 @@ impl<T: Transport> Conn<'_, T> {
     }
 
     async fn send_target(&mut self, keep_alive: bool) -> Result<(), SendError> {
-        let dir_syntax = match path::resolve(self.req.target(), &mut self.path) {
-            Ok(t) => t.dir_syntax,
+        self.note = Note::default();
+        let target = match path::resolve(self.req.target(), &mut self.path) {
+            Ok(t) => t,
             Err(TargetError::Escapes | TargetError::ForbiddenByte | TargetError::Malformed | TargetError::Asterisk) => {
                 self.worker.counters.error(ErrorKind::BadRequest);
                 return self.send_error(Status::BadRequest, keep_alive).await;
             }
         };
+        let dir_syntax = target.dir_syntax;
+        self.note.query_present = target.query.is_some();
+        // Signed URLs: after normalisation (a rule's prefix is compared with the path
+        // that will be opened), before anything about the file is looked up.
+        let signed = {
+            let rules = self.worker.signed.borrow();
+            match rules.find(&self.path) {
+                None => None,
+                Some(policy) => {
+                    crate::signed::absolute_path(&self.path, dir_syntax, &mut self.scratch);
+                    let cookie = self.req.cookie();
+                    let now = self.worker.date.borrow_mut().now_secs();
+                    Some(policy.check(&linerate_urlauth::Request {
+                        path: &self.scratch,
+                        query: target.query,
+                        cookies: cookie.as_slice(),
+                        client: self.peer,
+                        now: u64::try_from(now).unwrap_or(0),
+                    }))
+                }
+            }
+        };
+        if let Some(verdict) = signed {
+            self.note.signed = Some(verdict);
+            self.worker.counters.signed[verdict.index()].add(1);
+            let refusal = match verdict {
+                Verdict::Allow => None,
+                Verdict::Expired => Some(Status::Gone),
+                Verdict::Deny(_) => Some(Status::Forbidden),
+            };
+            if let Some(status) = refusal {
+                tracing::debug!(
+                    worker = self.worker.index,
+                    path = %String::from_utf8_lossy(&self.path),
+                    signed = verdict.label(),
+                    "signed URL refused"
+                );
+                return self.send_error(status, keep_alive).await;
+            }
+        }
         let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
         let file = match lookup {
             Ok(Lookup::File(_)) if dir_syntax => return self.send_error(Status::NotFound, keep_alive).await,
@@ -467,7 +538,13 @@ impl<T: Transport> Conn<'_, T> {
         finish_head(h, keep_alive, self.req.version);
         self.worker.counters.response(plan.status);
         self.worker.counters.head_bytes.add(self.head.len() as u64);
-        tracing::trace!(worker = self.worker.index, status = plan.status.code(), path = %String::from_utf8_lossy(&self.path));
+        tracing::trace!(
+            worker = self.worker.index,
+            status = plan.status.code(),
+            path = %String::from_utf8_lossy(&self.path),
+            query = self.note.query_present,
+            signed = self.note.signed_label()
+        );
 
         if self.req.method == Method::Head {
             return self.io.write_all(&self.head, false).await;
