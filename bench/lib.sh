@@ -56,15 +56,17 @@ make_test_cert() {
         -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
 }
 
-# write_range_lua FILE FILES: a wrk script asking `Range: bytes=0-2097151` of the next
-# of FILES files per request, and printing an exact RESULT line at the end.
+# write_range_lua FILE FILES [BYTES]: a wrk script asking `Range: bytes=0-(BYTES-1)`
+# (default 2 MiB) of the next of FILES files per request, and printing an exact RESULT
+# line at the end.
 write_range_lua() {
+    local last=$(( ${3:-2097152} - 1 ))
     cat > "$1" <<LUA
 local n = 0
 local files = $2
 request = function()
   n = n + 1
-  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-2097151" })
+  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-$last" })
 end
 done = function(summary, latency, requests)
   local e = summary.errors

@@ -138,6 +138,9 @@ pub struct Request {
     if_unmodified_since: Span,
     origin: Span,
     cors_request_method: Span,
+    /// For access logs.
+    user_agent: Span,
+    referer: Span,
     cookie: Span,
 }
 
@@ -271,6 +274,10 @@ impl Request {
                 self.origin = self.push(value);
             } else if name.eq_ignore_ascii_case("access-control-request-method") {
                 self.cors_request_method = self.push(value);
+            } else if name.eq_ignore_ascii_case("user-agent") {
+                self.user_agent = self.push(value);
+            } else if name.eq_ignore_ascii_case("referer") {
+                self.referer = self.push(value);
             } else if name.eq_ignore_ascii_case("cookie") {
                 // Several Cookie fields (an HTTP/2 hop splits them) are one list joined
                 // by "; " (RFC 9113 section 8.2.3).
@@ -381,6 +388,14 @@ impl Request {
     /// The `Cookie` field (several are joined with "; "), for signed-URL tokens.
     pub fn cookie(&self) -> Option<&[u8]> {
         self.get(self.cookie)
+    }
+    /// The User-Agent field (the last one sent), for access logs.
+    pub fn user_agent(&self) -> Option<&[u8]> {
+        self.get(self.user_agent)
+    }
+    /// The Referer field (the last one sent), for access logs.
+    pub fn referer(&self) -> Option<&[u8]> {
+        self.get(self.referer)
     }
 }
 
@@ -730,10 +745,16 @@ mod tests {
     fn reuse_clears_previous_fields() {
         let mut r = Request::default();
         let l = Limits::default();
-        r.parse(b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=1-2\r\nOrigin: x\r\n\r\n", &l).unwrap();
+        r.parse(
+            b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=1-2\r\nOrigin: x\r\nUser-Agent: p/1\r\nreferer: r\r\n\r\n",
+            &l,
+        )
+        .unwrap();
+        assert_eq!((r.user_agent(), r.referer()), (Some(&b"p/1"[..]), Some(&b"r"[..])));
         r.parse(b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n", &l).unwrap();
         assert_eq!(r.range(), None);
         assert_eq!(r.origin(), None);
+        assert_eq!(r.user_agent(), None);
         assert_eq!(r.target(), b"/b");
     }
 }

@@ -1,6 +1,7 @@
 //! Signed URLs against the real binary: tokens signed by Python's hmac/hashlib and
 //! secure_link hashes by openssl, over plain HTTP and HTTPS; key rotation by SIGHUP
-//! with no failed request; the token never in the log; the metric per verdict.
+//! with no failed request; the token never in the server's log or access log; the
+//! metric per verdict.
 
 mod common;
 
@@ -356,7 +357,10 @@ fn tokens_never_appear_in_the_log() {
     let site = Site::new();
     let ca = common::tls::TestCa::new();
     let (cert, key) = ca.issue("localhost", &["localhost"], -1, 30);
-    let more = format!("[log]\nlevel = \"trace\"\n[tls]\ncert = {cert:?}\nkey = {key:?}\n");
+    let logs = tempfile::tempdir().unwrap();
+    let access = logs.path().join("access.log");
+    let more =
+        format!("[log]\nlevel = \"trace\"\n[access_log]\npath = {access:?}\n[tls]\ncert = {cert:?}\nkey = {key:?}\n");
     let cfg = ConfigFile::new(&format!("{}\n{more}", site.config(&["k1"])));
     let s = Server::start(&["--config", cfg.arg(), "--tls-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]);
     let t = now();
@@ -365,7 +369,9 @@ fn tokens_never_appear_in_the_log() {
     let hash = md5_link(&format!("{}/s/link.mp4127.0.0.1 {MD5_SECRET}", t + 600));
     let secrets = [good.clone(), expired.clone(), hash.clone(), K1.into(), MD5_SECRET.into()];
     for base in [s.url(""), format!("https://localhost:{}", s.tls_addrs[0].port())] {
-        let ca_args = ["--cacert", ca.ca_arg(), "-g"];
+        // A segment's Referer may be its manifest's signed URL.
+        let referer = format!("{base}/premium/title1/master.m3u8?__token__={good}");
+        let ca_args = ["--cacert", ca.ca_arg(), "-g", "-e", &referer];
         let cookie = format!("__token__={good}");
         for (path, extra) in [
             (format!("/premium/title1/master.m3u8?__token__={good}"), None),
@@ -383,18 +389,24 @@ fn tokens_never_appear_in_the_log() {
             get(&format!("{base}{path}"), &args);
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The access log: one record per response (batches are written within a second).
+    let records = || std::fs::read_to_string(&access).unwrap_or_default();
+    assert!(eventually(Duration::from_secs(5), || records().lines().count() == 14), "{}", records());
+    let records = records();
+    assert!(records.contains("\"query\":true") && records.contains("\"signed\":\"expired\""), "{records}");
+    assert!(records.contains("/premium/title1/master.m3u8\""), "the referer without its query: {records}");
     let log = s.stderr();
     // The requests were logged (at trace level), with what a log may say about them...
     assert!(log.contains("query=true") && log.contains("signed=\"allowed\""), "{log}");
     assert!(log.contains("signed URL refused"), "{log}");
     // ...and no token, hash or secret.
-    for secret in &secrets {
-        let hmac = secret.rsplit("hmac=").next().unwrap();
-        assert!(!log.contains(hmac), "`{hmac}` appears in the log:\n{log}");
+    for text in [&log, &records] {
+        for secret in &secrets {
+            let hmac = secret.rsplit("hmac=").next().unwrap();
+            assert!(!text.contains(hmac), "`{hmac}` appears in a log:\n{text}");
+        }
+        assert!(!text.contains("__token__") && !text.contains("md5="), "{text}");
     }
-    assert!(!log.contains("__token__"), "{log}");
-    assert!(!log.contains("md5="), "{log}");
 }
 
 #[test]

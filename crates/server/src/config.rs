@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod signed;
+
 /// An invalid configuration: where, which key, what is wrong.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -70,8 +72,10 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: crate::tune::moderation::DimConfig,
+    pub dim: ModerationConfig,
     pub log: Log,
+    /// One record per response, written off the workers (`[access_log]`).
+    pub access_log: AccessLog,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
     /// Signed-URL rules by path prefix (`[[signed]]`, see docs/SIGNED-URLS.md).
@@ -110,6 +114,7 @@ impl Default for Config {
             fill: Fill::default(),
             dim: Default::default(),
             log: Log::default(),
+            access_log: AccessLog::default(),
             mime: BTreeMap::new(),
             signed: Vec::new(),
         }
@@ -404,6 +409,30 @@ impl Default for Fill {
     }
 }
 
+/// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
+/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModerationConfig {
+    /// Interfaces to drive; empty = off.
+    pub interfaces: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub max_writes_per_sec: f64,
+    pub take_over: bool,
+}
+
+impl Default for ModerationConfig {
+    fn default() -> ModerationConfig {
+        ModerationConfig {
+            interfaces: Vec::new(),
+            interval: Duration::from_millis(100),
+            max_writes_per_sec: 10.0,
+            take_over: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -525,6 +554,40 @@ impl Serialize for Secret {
     }
 }
 
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// nginx's `combined` format, so pipelines that parse it read it unchanged.
+    Combined,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// The file records are appended to; unset or `"off"`: no access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+    /// Log one response in this many (1: every response).
+    pub sample: u64,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog { path: None, format: AccessLogFormat::Json, sample: 1 }
+    }
+}
+
+impl AccessLog {
+    /// The file to write, or None when logging is off.
+    pub fn file(&self) -> Option<&Path> {
+        self.path.as_deref().filter(|p| *p != Path::new("off"))
+    }
+}
+
 /// Values given on the command line; each replaces the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -538,6 +601,7 @@ pub struct Overrides {
     pub admin: Option<SocketAddr>,
     pub no_admin: bool,
     pub debug_headers: bool,
+    pub access_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -597,6 +661,9 @@ impl Config {
         }
         if overrides.debug_headers {
             config.debug_headers = true;
+        }
+        if let Some(path) = &overrides.access_log {
+            config.access_log.path = Some(path.clone());
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
@@ -729,6 +796,12 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
+        range("access_log.sample", self.access_log.sample, 1, 1 << 32)?;
+        if let Some(path) = self.access_log.file() {
+            if path.as_os_str().is_empty() || path.is_dir() {
+                return bad("access_log.path", format!("{:?} is not a file path (or \"off\")", path.display()));
+            }
+        }
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }
@@ -750,7 +823,7 @@ impl Config {
                 format!("{:?} is not a log filter like `info` or `linerate=debug`", self.log.level),
             );
         }
-        crate::signed::rules(&self.signed)?;
+        signed::rules(&self.signed)?;
         Ok(())
     }
 
@@ -887,6 +960,14 @@ mod tests {
             let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
             assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
+    }
+
+    #[test]
+    fn dim_section_parses() {
+        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(250));
+        assert_eq!(c.max_writes_per_sec, 10.0);
+        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
@@ -275,6 +275,25 @@ impl Collector for Workers {
         )?;
 
         self.encode_cold(&mut e)?;
+        if let Some(log) = &self.0.access_log {
+            use std::sync::atomic::Ordering::Relaxed;
+            let c = &log.counters;
+            counter(
+                &mut e,
+                "linerate_access_log_records",
+                "Access-log records written to the file, and dropped (the writer fell behind or the write failed).",
+                &[
+                    (&[("result", "written")], c.written.load(Relaxed)),
+                    (&[("result", "dropped")], c.dropped.load(Relaxed)),
+                ],
+            )?;
+            counter(
+                &mut e,
+                "linerate_access_log_reopens",
+                "Times the access log was reopened (SIGUSR1).",
+                &[(&[], c.reopened.load(Relaxed))],
+            )?;
+        }
 
         let cpu: Vec<(Vec<(&str, String)>, f64)> = ws
             .iter()

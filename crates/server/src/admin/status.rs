@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, TransportKind, WorkerCounters};
 
 #[derive(Serialize)]
 struct Status<'a> {

@@ -14,10 +14,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Config;
-use crate::stats::TransportKind;
-
-/// The client address connections are accepted from.
-const PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+use crate::counters::TransportKind;
 
 /// What the mock saw: every byte written, and how the connection was closed.
 #[derive(Default)]
@@ -91,7 +88,13 @@ async fn serve_mock(root: &Path, mut config: Config, input: &[&[u8]], eof: bool)
     *ctx.signed.borrow_mut() = settings.signed.clone();
     let seen = Rc::new(Seen::default());
     let io = Mock { input: input.iter().map(|c| c.to_vec()).collect(), eof, seen: seen.clone(), body_bytes: 0 };
-    serve(io, &ctx, &settings, ConnInfo { peer: PEER, sampler: None, cross_domain: false }).await;
+    serve(
+        io,
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     Run { out, linger: seen.closed.get(), counters }
 }
@@ -213,11 +216,23 @@ async fn a_file_that_shrank_mid_response_closes_the_connection() {
         seen: seen.clone(),
         body_bytes: 0,
     };
-    serve(io(), &ctx, &settings, ConnInfo { peer: PEER, sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("b")).unwrap();
     f.set_len(3).unwrap();
     seen.out.borrow_mut().clear();
-    serve(io(), &ctx, &settings, ConnInfo { peer: PEER, sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     assert!(out.contains("Content-Length: 10\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\n012"), "exactly the bytes the file still had: {out}");
@@ -282,4 +297,15 @@ async fn signed_prefixes_answer_403_and_410_and_the_connection_goes_on() {
         "the unsigned /a is not counted"
     );
     assert_eq!(r.counters.responses[Status::Gone.index()].get(), 1);
+}
+
+#[test]
+fn signed_urls_check_the_path_as_nginx_writes_uri() {
+    let mut buf = Vec::new();
+    for (relative, dir, want) in
+        [("", true, "/"), ("", false, "/"), ("a/b.mp4", false, "/a/b.mp4"), ("a/d", true, "/a/d/")]
+    {
+        absolute_path(relative.as_bytes(), dir, &mut buf);
+        assert_eq!(buf, want.as_bytes());
+    }
 }

@@ -10,10 +10,12 @@
 //!   with. Listen addresses,
 //!   the worker count and connection limits need a restart (a reload that changes
 //!   them says so and keeps the running values). A bad file is reported and ignored.
+//! - SIGUSR1: reopen the access log (after logrotate renamed it).
 //! - SIGTERM / SIGINT: graceful shutdown (see [`worker`] for the steps), exit 0.
 //! - A worker that stops on its own is a bug: the others are shut down and the
 //!   process exits non-zero, so a service manager restarts it.
 
+pub mod access_log;
 mod conn;
 mod files;
 pub mod fill;
@@ -29,11 +31,11 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::Context;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::admin::{self, AdminState};
 use crate::config::{Config, Overrides};
-use crate::stats::WorkerCounters;
+use crate::counters::WorkerCounters;
 use crate::sysfs::Host;
 use crate::tls::TlsRuntime;
 use crate::topology::{Plan, Topology};
@@ -98,6 +100,13 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         true => Some(fill::FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?),
         false => None,
     };
+    let access_log = match settings.config.access_log.file() {
+        Some(path) => Some(
+            access_log::AccessLog::start(path)
+                .with_context(|| format!("access_log.path: cannot open {} for appending", path.display()))?,
+        ),
+        None => None,
+    };
     let admin_listener = match settings.config.admin.enabled {
         true => Some(admin::bind(settings.config.admin.listen)?),
         false => None,
@@ -105,7 +114,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
 
     let (events_tx, events) = mpsc::channel::<Event>();
     let signals_tx = events_tx.clone();
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1])?;
     std::thread::Builder::new().name("linerate-signals".into()).spawn(move || {
         for sig in signals.forever() {
             if signals_tx.send(Event::Signal(sig)).is_err() {
@@ -127,6 +136,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             cpu: Some(slot.cpu as usize),
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
+            access_log: access_log.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),
@@ -161,6 +171,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         },
         capacity_gbps: settings.config.admin.capacity_gbps,
         fill: fill.clone(),
+        access_log: access_log.clone(),
     });
     let admin_bound = match admin_listener {
         Some(l) => {
@@ -222,6 +233,10 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                 }
                 Err(e) => tracing::error!("reload failed, keeping the running configuration: {e:#}"),
             },
+            Ok(Event::Signal(SIGUSR1)) => match &access_log {
+                Some(log) => log.reopen(),
+                None => tracing::info!("SIGUSR1: no access log to reopen"),
+            },
             Ok(Event::Signal(sig)) => {
                 tracing::info!(signal = sig, drain = ?current.config.timeouts.drain, "shutting down: no new connections, draining transfers");
                 break;
@@ -260,6 +275,9 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                 break;
             }
         }
+    }
+    if let Some(log) = &access_log {
+        log.finish(Duration::from_secs(5));
     }
     dim_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in dim_threads {
@@ -344,6 +362,12 @@ fn reload(
         // read-ahead advice (files.rs) follows `fill.enabled` too.
         tracing::warn!("`fill` settings take effect at restart");
         config.fill = running.fill.clone();
+    }
+    if config.access_log.file() != running.access_log.file() {
+        // The writer thread and its file are set up at start; format and sampling
+        // apply at once.
+        tracing::warn!("`access_log.path` takes effect at restart (SIGUSR1 reopens the running one)");
+        config.access_log.path = running.access_log.path.clone();
     }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");

@@ -90,8 +90,8 @@ impl Settings {
             (false, Some(runtime)) => Some(TlsSettings::new(&config.tls, runtime)?),
             (false, None) => anyhow::bail!("HTTPS listeners without TLS start-up state"),
         };
-        let signed =
-            crate::signed::rules(&config.signed).map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
+        let signed = crate::config::signed::rules(&config.signed)
+            .map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
         Ok(Settings {
             config,
             root,

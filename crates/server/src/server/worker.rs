@@ -26,12 +26,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
+use super::access_log::{AccessLog, WorkerLog};
 use super::conn;
 use super::files::FileCache;
 use super::fill::FillPool;
 use super::settings::Settings;
-use crate::stats::tcp_info::{Chooser, Sampler};
-use crate::stats::{ErrorKind, WorkerCounters};
+use crate::counters::tcp_info::{Chooser, Sampler};
+use crate::counters::{ErrorKind, WorkerCounters};
 use crate::tls::handshake::{self, HandshakeError};
 use crate::tls::record::{cipher_parts, Protocol};
 use crate::transport::ktls::Ktls;
@@ -80,6 +81,7 @@ pub struct Launch {
     /// Silo of each CPU (index = CPU), for counting cross-domain connections.
     pub cpu_domains: Arc<Vec<Option<usize>>>,
     pub fill: Option<Arc<FillPool>>,
+    pub access_log: Option<Arc<AccessLog>>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -96,7 +98,8 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill } = launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill, access_log } =
+        launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
@@ -113,7 +116,8 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let drain = settings.config.timeouts.drain;
     let files = FileCache::new(settings.config.open_file_cache.entries, settings.config.open_file_cache.valid);
     let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
-    let ctx = conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt);
+    let ctx = conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt)
+        .with_log(access_log.map(WorkerLog::new));
     *ctx.signed.borrow_mut() = settings.signed.clone();
     let worker = Rc::new(Worker {
         ctx,
@@ -131,6 +135,19 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, scheme, slots.clone())));
     }
     tracing::debug!(worker = index, cpu, max_connections, "worker started");
+    if worker.log.is_some() {
+        // Records wait at most about a second in the worker's buffer.
+        let w = worker.clone();
+        accepters.push(tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                if let Some(log) = &w.log {
+                    log.flush_if_old(Instant::now());
+                }
+            }
+        }));
+    }
 
     while let Some(msg) = control.recv().await {
         match msg {
@@ -160,6 +177,9 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let left = max_connections - slots.available_permits();
     if left > 0 {
         tracing::warn!(worker = index, connections = left, "drain timeout: closing connections still open");
+    }
+    if let Some(log) = &worker.log {
+        log.flush();
     }
     Ok(())
 }
@@ -201,7 +221,8 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             tracing::debug!("TCP_NODELAY: {e}");
         }
         let info = conn::ConnInfo {
-            peer: peer.ip(),
+            peer,
+            tls: None,
             cross_domain: count_cross_domain(&worker, &stream),
             sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
         };
@@ -223,11 +244,11 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
-async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
+async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, mut info: conn::ConnInfo) {
     let Some(tls) = settings.tls.as_ref() else { return };
     let counters = &worker.counters;
     let handshake = handshake::accept(&mut stream, tls.server_config.clone());
-    let established = match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
+    let mut established = match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
         Ok(Ok(est)) => est,
         Ok(Err(HandshakeError::PlainHttp)) => {
             counters.error(ErrorKind::BadRequest);
@@ -252,6 +273,14 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
         }
     };
     counters.tls_handshakes.add(1);
+    info.tls = Some(conn::TlsInfo {
+        version: match established.protocol {
+            Protocol::Tls12 => "TLSv1.2",
+            Protocol::Tls13 => "TLSv1.3",
+        },
+        cipher: established.suite.suite().as_str().unwrap_or("unknown"),
+        sni: established.sni.take(),
+    });
     let version = match established.protocol {
         Protocol::Tls12 => linerate_sys::ktls::Version::Tls12,
         Protocol::Tls13 => linerate_sys::ktls::Version::Tls13,

@@ -62,7 +62,7 @@ impl Ktls {
 }
 
 impl Transport for Ktls {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Ktls;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Ktls;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {

@@ -47,7 +47,7 @@ pub enum SendError {
 #[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send
 pub trait Transport {
     /// Which send path this is, for the body-byte counters.
-    const KIND: crate::stats::TransportKind;
+    const KIND: crate::counters::TransportKind;
 
     /// Reads whatever has arrived into the spare capacity of `buf`; `Ok(0)` at end of stream.
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize>;

@@ -22,7 +22,7 @@ impl Plain {
 }
 
 impl Transport for Plain {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Plain;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Plain;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         self.stream.read_buf(buf).await

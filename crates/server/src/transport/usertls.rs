@@ -325,7 +325,7 @@ impl UserTls {
 }
 
 impl Transport for UserTls {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::UserTls;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::UserTls;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {

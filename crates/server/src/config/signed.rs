@@ -5,7 +5,7 @@
 
 use linerate_urlauth::{Key, Policy, PolicyError, Rules, SecureLink, SecureLinkSpec, TokenAuth, TokenSpec};
 
-use crate::config::{SecretEncoding, SignedKey, SignedMode, SignedRule};
+use super::{SecretEncoding, SignedKey, SignedMode, SignedRule};
 
 type Bad = (String, String);
 
@@ -161,17 +161,6 @@ fn decode_hex(text: &[u8]) -> Option<Vec<u8>> {
     text.chunks_exact(2).map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
 }
 
-/// The path a policy checks: `/`, the normalised relative path, and a trailing `/`
-/// when the target had directory syntax (nginx's `$uri`).
-pub fn absolute_path(relative: &[u8], dir_syntax: bool, buf: &mut Vec<u8>) {
-    buf.clear();
-    buf.push(b'/');
-    buf.extend_from_slice(relative);
-    if dir_syntax && !relative.is_empty() {
-        buf.push(b'/');
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,7 +269,7 @@ mod tests {
                 "signed[0].keys[0].secret",
                 "not hex",
             ),
-            (format!("{token}"), "signed[0].keys", "at least one key"),
+            (token.to_string(), "signed[0].keys", "at least one key"),
             (format!("{token}{long}]\ncookie = \"a;b\""), "signed[0].cookie", "cookie name `a;b`"),
             (
                 format!("{token}{long}]\ncookie = \"\"\nquery_arg = \"\""),
@@ -348,17 +337,6 @@ mod tests {
         for shown in [config.to_toml(), format!("{config:?}"), format!("{config:#?}")] {
             assert!(!shown.contains("do-not-print"), "{shown}");
             assert!(shown.contains(crate::config::REDACTED), "{shown}");
-        }
-    }
-
-    #[test]
-    fn absolute_paths() {
-        let mut buf = Vec::new();
-        for (relative, dir, want) in
-            [("", true, "/"), ("", false, "/"), ("a/b.mp4", false, "/a/b.mp4"), ("a/d", true, "/a/d/")]
-        {
-            absolute_path(relative.as_bytes(), dir, &mut buf);
-            assert_eq!(buf, want.as_bytes());
         }
     }
 }

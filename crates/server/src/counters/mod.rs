@@ -1,4 +1,4 @@
-//! Per-worker statistics.
+//! Per-worker counters, gauges and histograms (`[stats]` configures the `TCP_INFO` sampling).
 //!
 //! Each worker owns one [`WorkerCounters`], alone on its cache lines, and is the
 //! only thread that writes it; readers (the admin endpoint, the supervisor) sum all
