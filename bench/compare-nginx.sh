@@ -112,7 +112,8 @@ nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
 pids+=($!)
 nginx_master=$!
 
-"$bin" serve --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+mapfile -t limits < <(loopback_limits)
+"$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
     --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
 pids+=($!)
 linerate_pid=$!

@@ -79,6 +79,14 @@ struct ServeArgs {
     /// in the config file for the format and sampling).
     #[arg(long, value_name = "FILE")]
     access_log: Option<PathBuf>,
+    /// Connections one client (address or prefix) may have open at once
+    /// (`client_limits.max_connections`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connections: Option<u32>,
+    /// New connections per second one client may open
+    /// (`client_limits.max_new_connections_per_second`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connection_rate: Option<u32>,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -123,6 +131,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         no_admin: args.no_admin,
         debug_headers: args.debug_headers,
         access_log: args.access_log,
+        max_client_connections: args.max_client_connections,
+        max_client_connection_rate: args.max_client_connection_rate,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {

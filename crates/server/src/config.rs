@@ -62,6 +62,8 @@ pub struct Config {
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     pub debug_headers: bool,
     pub limits: Limits,
+    /// Limits per client address or prefix (`[client_limits]`).
+    pub client_limits: ClientLimits,
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
     pub tls: Tls,
@@ -104,6 +106,7 @@ impl Default for Config {
             cors_allow_origin: String::new(),
             debug_headers: false,
             limits: Limits::default(),
+            client_limits: ClientLimits::default(),
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
             tls: Tls::default(),
@@ -149,6 +152,43 @@ impl Default for Limits {
             max_connections_per_worker: 0,
             max_requests_per_connection: 10_000,
             listen_backlog: 4096,
+        }
+    }
+}
+
+/// Limits per client: connections at once and new connections per second per
+/// address or prefix, and the lowest average rate a response may be sent at.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientLimits {
+    /// Connections open at once per client prefix; 0 = no limit.
+    pub max_connections: u32,
+    /// Leading bits of an IPv4 address that name a client (32: each address).
+    pub ipv4_prefix: u8,
+    /// Leading bits of an IPv6 address that name a client (64: each /64).
+    pub ipv6_prefix: u8,
+    /// New connections per second per client prefix (token bucket); 0 = no limit.
+    pub max_new_connections_per_second: u32,
+    /// New connections a client may open at once before the rate applies.
+    pub new_connections_burst: u32,
+    /// Lowest average rate (bytes per second) a response may be sent at once
+    /// `min_send_rate_after` has passed; 0 = no minimum.
+    pub min_send_rate: u64,
+    /// How long a response may take before its average rate is checked.
+    #[serde(with = "humantime_serde")]
+    pub min_send_rate_after: Duration,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            max_connections: 256,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            max_new_connections_per_second: 100,
+            new_connections_burst: 200,
+            min_send_rate: 4096,
+            min_send_rate_after: Duration::from_secs(20),
         }
     }
 }
@@ -602,6 +642,8 @@ pub struct Overrides {
     pub no_admin: bool,
     pub debug_headers: bool,
     pub access_log: Option<PathBuf>,
+    pub max_client_connections: Option<u32>,
+    pub max_client_connection_rate: Option<u32>,
 }
 
 impl Config {
@@ -664,6 +706,12 @@ impl Config {
         }
         if let Some(path) = &overrides.access_log {
             config.access_log.path = Some(path.clone());
+        }
+        if let Some(n) = overrides.max_client_connections {
+            config.client_limits.max_connections = n;
+        }
+        if let Some(n) = overrides.max_client_connection_rate {
+            config.client_limits.max_new_connections_per_second = n;
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
@@ -740,6 +788,18 @@ impl Config {
         range("limits.max_ranges", l.max_ranges, 0, 64)?;
         range("limits.max_connections_per_worker", l.max_connections_per_worker, 0, 1 << 20)?;
         range("limits.listen_backlog", l.listen_backlog, 1, 1 << 20)?;
+        let c = &self.client_limits;
+        range("client_limits.max_connections", c.max_connections, 0, 1 << 24)?;
+        range("client_limits.ipv4_prefix", c.ipv4_prefix, 1, 32)?;
+        range("client_limits.ipv6_prefix", c.ipv6_prefix, 1, 128)?;
+        range("client_limits.max_new_connections_per_second", c.max_new_connections_per_second, 0, 1 << 24)?;
+        if c.max_new_connections_per_second > 0 {
+            range("client_limits.new_connections_burst", c.new_connections_burst, 1, 1 << 24)?;
+        }
+        range("client_limits.min_send_rate", c.min_send_rate, 0, 1 << 40)?;
+        if c.min_send_rate > 0 && c.min_send_rate_after < Duration::from_millis(100) {
+            return bad("client_limits.min_send_rate_after", "must be at least 100ms");
+        }
         let t = &self.timeouts;
         for (key, d) in [("timeouts.header", t.header), ("timeouts.keepalive", t.keepalive), ("timeouts.send", t.send)]
         {
@@ -754,6 +814,7 @@ impl Config {
             ("timeouts.keepalive", t.keepalive),
             ("timeouts.send", t.send),
             ("timeouts.drain", t.drain),
+            ("client_limits.min_send_rate_after", c.min_send_rate_after),
             ("stats.tcp_info_interval", self.stats.tcp_info_interval),
             ("dim.interval", self.dim.interval),
         ] {
@@ -928,6 +989,28 @@ mod tests {
                 Config { timeouts: Timeouts { send: Duration::ZERO, ..Timeouts::default() }, ..base.clone() },
                 "timeouts.send",
             ),
+            (
+                Config { client_limits: ClientLimits { ipv4_prefix: 33, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv4_prefix",
+            ),
+            (
+                Config { client_limits: ClientLimits { ipv6_prefix: 0, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv6_prefix",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { new_connections_burst: 0, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.new_connections_burst",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { min_send_rate_after: Duration::ZERO, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.min_send_rate_after",
+            ),
             (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
             (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
         ];
@@ -946,6 +1029,7 @@ mod tests {
             "timeouts.keepalive",
             "timeouts.send",
             "timeouts.drain",
+            "client_limits.min_send_rate_after",
             "stats.tcp_info_interval",
             "dim.interval",
         ] {

@@ -11,7 +11,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::counters::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, Refusal, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
@@ -199,6 +199,19 @@ impl Collector for Workers {
             "linerate_signed_url",
             "Requests under a signed-URL rule, by verdict: allowed, expired (410) or why refused (403).",
             &signed,
+        )?;
+
+        let refusals: Vec<[(&str, &str); 1]> = Refusal::ALL.iter().map(|r| [("limit", r.label())]).collect();
+        let refused: Vec<(&[(&str, &str)], u64)> = Refusal::ALL
+            .iter()
+            .zip(&refusals)
+            .map(|(r, l)| (&l[..], s.total(|w| w.client_limit_refusals[*r as usize].get())))
+            .collect();
+        counter(
+            &mut e,
+            "linerate_client_limit_refusals",
+            "New connections closed at once because their client was over a [client_limits] limit, by limit.",
+            &refused,
         )?;
 
         counter(

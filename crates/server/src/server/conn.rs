@@ -330,6 +330,7 @@ impl<T: Transport> Conn<'_, T> {
                 Err(e) => {
                     let kind = match e {
                         SendError::Timeout => ErrorKind::Timeout,
+                        SendError::TooSlow => ErrorKind::SlowClient,
                         SendError::Truncated => ErrorKind::Truncated,
                         SendError::Fill(_) => ErrorKind::Disk,
                         SendError::Io(_) => ErrorKind::Reset,
@@ -358,6 +359,7 @@ impl<T: Transport> Conn<'_, T> {
 
     /// Starts tracking a response for the access log.
     fn begin_exchange(&mut self) {
+        self.io.begin_response();
         if self.worker.log.is_some() {
             self.ex = Exchange {
                 started: Some((Instant::now(), SystemTime::now())),

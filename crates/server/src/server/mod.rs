@@ -16,6 +16,7 @@
 //!   process exits non-zero, so a service manager restarts it.
 
 pub mod access_log;
+pub mod client_limits;
 mod conn;
 mod files;
 pub mod fill;
@@ -123,6 +124,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         }
     })?;
 
+    let clients = Arc::new(client_limits::ClientTable::default());
     let mut controls = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     let mut counters = Vec::with_capacity(workers);
@@ -137,6 +139,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
             access_log: access_log.clone(),
+            clients: clients.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),

@@ -5,8 +5,9 @@
 //! connection it accepts until it closes: connections never move between workers.
 //! Everything a connection touches on the hot path belongs to the worker: the
 //! open-file cache, the Date cache, the counters. The only things shared with
-//! other threads are the immutable [`Settings`] and the counters' cache lines,
-//! which only this worker writes.
+//! other threads are the immutable [`Settings`], the counters' cache lines,
+//! which only this worker writes, and the per-client table of
+//! [`super::client_limits`], touched once at accept and once at close.
 //!
 //! Shutdown, step by step:
 //! 1. the supervisor sends [`Control::Shutdown`];
@@ -27,17 +28,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
 use super::access_log::{AccessLog, WorkerLog};
+use super::client_limits::{ClientSlot, ClientTable};
 use super::conn;
 use super::files::FileCache;
 use super::fill::FillPool;
 use super::settings::Settings;
 use crate::counters::tcp_info::{Chooser, Sampler};
-use crate::counters::{ErrorKind, WorkerCounters};
+use crate::counters::{ErrorKind, Refusal, WorkerCounters};
 use crate::tls::handshake::{self, HandshakeError};
 use crate::tls::record::{cipher_parts, Protocol};
 use crate::transport::ktls::Ktls;
 use crate::transport::plain::Plain;
 use crate::transport::usertls::{RecordBuffers, UserTls};
+use crate::transport::SendLimits;
 
 /// Messages from the supervisor.
 pub enum Control {
@@ -59,6 +62,8 @@ pub struct Worker {
     chooser: RefCell<Chooser>,
     /// Silo of each CPU, when there is more than one.
     cpu_domains: Option<Arc<Vec<Option<usize>>>>,
+    /// Every worker's clients, for the per-client limits.
+    clients: Arc<ClientTable>,
 }
 
 impl std::ops::Deref for Worker {
@@ -82,6 +87,8 @@ pub struct Launch {
     pub cpu_domains: Arc<Vec<Option<usize>>>,
     pub fill: Option<Arc<FillPool>>,
     pub access_log: Option<Arc<AccessLog>>,
+    /// The process-wide table behind the per-client limits.
+    pub clients: Arc<ClientTable>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -98,8 +105,19 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill, access_log } =
-        launch;
+    let Launch {
+        index,
+        cpu,
+        listeners,
+        tls_listeners,
+        settings,
+        counters,
+        mut control,
+        cpu_domains,
+        fill,
+        access_log,
+        clients,
+    } = launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
@@ -125,6 +143,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         record_buffers,
         chooser: RefCell::new(chooser),
         cpu_domains: multi_domain.then_some(cpu_domains),
+        clients,
     });
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut accepters = Vec::new();
@@ -216,6 +235,14 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
                 continue;
             }
         };
+        let settings = worker.settings.borrow().clone();
+        let client = match worker.clients.admit(peer.ip(), &settings.config.client_limits, Instant::now()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                refuse(&worker, stream, peer, scheme, why);
+                continue;
+            }
+        };
         worker.counters.connections_accepted.add(1);
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
@@ -226,14 +253,13 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             cross_domain: count_cross_domain(&worker, &stream),
             sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
         };
-        let settings = worker.settings.borrow().clone();
         let worker = worker.clone();
         tokio::task::spawn_local(async move {
-            // Counted closed and the slot given back even if the task panics.
-            let _open = OpenConnection { worker: worker.clone(), _permit: permit };
+            // Counted closed and the slots given back even if the task panics.
+            let _open = OpenConnection { worker: worker.clone(), _permit: permit, _client: client };
             match scheme {
                 Scheme::Http => {
-                    let transport = Plain::new(stream, settings.config.timeouts.send);
+                    let transport = Plain::new(stream, SendLimits::new(&settings.config));
                     conn::serve(transport, &worker, &settings, info).await;
                 }
                 Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
@@ -241,6 +267,24 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
         });
     }
 }
+
+/// A connection over a per-client limit: closed before anything is read from it
+/// or any handshake starts, counted, and logged at debug only (a warning sums
+/// refusals up at most once a minute). A plain-HTTP client is first told why, with
+/// a 429 written only if the socket takes it at once (it always does on a fresh
+/// connection) so a refusal never waits.
+fn refuse(worker: &Worker, stream: TcpStream, peer: std::net::SocketAddr, scheme: Scheme, why: Refusal) {
+    worker.counters.client_limit_refusals[why as usize].add(1);
+    tracing::debug!(worker = worker.index, %peer, limit = why.label(), "client over its limit: connection refused");
+    worker.clients.note_refusal(why, Instant::now());
+    if scheme == Scheme::Http {
+        let _ = stream.try_write(TOO_MANY_REQUESTS);
+    }
+    // Dropping the stream closes it.
+}
+
+const TOO_MANY_REQUESTS: &[u8] =
+    b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
@@ -286,10 +330,10 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
         Protocol::Tls13 => linerate_sys::ktls::Version::Tls13,
     };
     let (cipher, _, _) = cipher_parts(&established.secrets.tx.1);
-    let send_timeout = settings.config.timeouts.send;
+    let send_limits = SendLimits::new(&settings.config);
     if tls.kernel.supports(version, cipher) {
         let addrs = stream.local_addr().and_then(|l| Ok((l, stream.peer_addr()?)));
-        match Ktls::new(stream, established, send_timeout, tls.zerocopy_sendfile) {
+        match Ktls::new(stream, established, send_limits, tls.zerocopy_sendfile) {
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
@@ -305,7 +349,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
         }
     } else {
         counters.usertls_sessions.add(1);
-        let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
+        let transport = UserTls::new(stream, established, send_limits, worker.record_buffers.clone());
         conn::serve(transport, worker, settings, info).await;
     }
 }
@@ -365,6 +409,7 @@ fn count_offload(worker: &Worker, addrs: std::io::Result<(std::net::SocketAddr, 
 struct OpenConnection {
     worker: Rc<Worker>,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    _client: Option<ClientSlot>,
 }
 
 impl Drop for OpenConnection {
