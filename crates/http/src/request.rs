@@ -141,6 +141,7 @@ pub struct Request {
     /// For access logs.
     user_agent: Span,
     referer: Span,
+    cookie: Span,
 }
 
 /// Result of feeding bytes to [`Request::parse`].
@@ -277,6 +278,10 @@ impl Request {
                 self.user_agent = self.push(value);
             } else if name.eq_ignore_ascii_case("referer") {
                 self.referer = self.push(value);
+            } else if name.eq_ignore_ascii_case("cookie") {
+                // Several Cookie fields (an HTTP/2 hop splits them) are one list joined
+                // by "; " (RFC 9113 section 8.2.3).
+                self.cookie = self.push_joined(self.cookie, value, b"; ");
             }
         }
         if self.version == Version::Http11 && !host_seen {
@@ -321,12 +326,17 @@ impl Request {
 
     /// Appends a list-valued field, joining it to an earlier occurrence with ", ".
     fn push_list(&mut self, earlier: Span, value: &[u8]) -> Span {
+        self.push_joined(earlier, value, b", ")
+    }
+
+    /// Appends a field value, joining it to an earlier occurrence with `separator`.
+    fn push_joined(&mut self, earlier: Span, value: &[u8], separator: &[u8]) -> Span {
         match earlier {
             None => self.push(value),
             Some((s, e)) => {
                 let start = self.arena.len();
                 self.arena.extend_from_within(s as usize..e as usize);
-                self.arena.extend_from_slice(b", ");
+                self.arena.extend_from_slice(separator);
                 self.arena.extend_from_slice(value);
                 Some((start as u32, self.arena.len() as u32))
             }
@@ -374,6 +384,10 @@ impl Request {
     /// `Access-Control-Request-Method`, present on CORS preflight requests.
     pub fn cors_request_method(&self) -> Option<&[u8]> {
         self.get(self.cors_request_method)
+    }
+    /// The `Cookie` field (several are joined with "; "), for signed-URL tokens.
+    pub fn cookie(&self) -> Option<&[u8]> {
+        self.get(self.cookie)
     }
     /// The User-Agent field (the last one sent), for access logs.
     pub fn user_agent(&self) -> Option<&[u8]> {
@@ -695,6 +709,14 @@ mod tests {
         .unwrap();
         assert_eq!(r.if_none_match(), Some(&b"\"a\", \"b\""[..]));
         assert_eq!(r.range(), None);
+    }
+
+    #[test]
+    fn cookie_fields_are_joined_with_semicolons() {
+        let (r, _) = parse("GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2\r\ncookie:  c=3 \r\n\r\n").unwrap();
+        assert_eq!(r.cookie(), Some(&b"a=1; b=2; c=3"[..]));
+        let (r, _) = parse("GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+        assert_eq!(r.cookie(), None);
     }
 
     #[test]

@@ -7,15 +7,18 @@
 # A binary without --tls-listen fails these scenarios (it exits at start-up and
 # wait_listening prints its error); it never skips them.
 
-# linerate_tls_start ADDR: starts linerate with one TLS listener on ADDR (port
-# chosen by the kernel); sets LR_PID and LR_PORT.
+# linerate_tls_start ADDR [SERVE_OPTIONS...]: starts linerate with one TLS listener
+# on ADDR (port chosen by the kernel) and any more `serve` options; sets LR_PID and
+# LR_PORT.
 linerate_tls_start() {
-    "$LINERATE" serve --root /srv/media --tls-listen "$1:0" \
-        --cert "$TLS_DIR/server.pem" --key "$TLS_DIR/server.key" \
+    local addr=$1
+    shift
+    "$LINERATE" serve --root /srv/media --tls-listen "$addr:0" \
+        --cert "$TLS_DIR/server.pem" --key "$TLS_DIR/server.key" "$@" \
         >/tmp/linerate.out 2>/tmp/linerate.err &
     LR_PID=$!
-    LR_PORT=$(wait_listening $LR_PID /tmp/linerate.out https "$1")
-    log "linerate listening on https://$1:$LR_PORT"
+    LR_PORT=$(wait_listening $LR_PID /tmp/linerate.out https "$addr")
+    log "linerate listening on https://$addr:$LR_PORT"
 }
 
 # linerate_tls_mode: prints the mode from linerate's start-up log, which must name

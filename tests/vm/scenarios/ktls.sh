@@ -23,6 +23,10 @@
 #     (curl reuses the connection): the HEAD has the GET's fields and nothing after
 #     its head (curl would otherwise not reuse the connection), and the GET that
 #     follows gets the bytes of its range.
+#
+# Last, signed URLs over kTLS: with an nginx secure_link rule on every path, a link
+# signed by openssl gets the file's bytes (sendfile on the kTLS socket), an unsigned
+# or tampered one 403 and an expired one 410.
 . /vm/lib.sh
 . /vm/linerate-tls.sh
 
@@ -145,5 +149,38 @@ head_then_get "TLS 1.2" --tlsv1.2 --tls-max 1.2
 connections=$((connections + 4))
 report "HEAD and pipelining over kTLS" "TLS 1.3 and 1.2: HEAD = GET, 7 pipelined requests in step, bytes match"
 
+check_ktls_counters "$tx_before" "$rx_before" "$mode" "$connections"
+linerate_stop
+
+cat >/tmp/signed.toml <<'CONF'
+[[signed]]
+prefix = "/"
+mode = "secure_link"
+expression = "$secure_link_expires$uri$remote_addr vm-secret"
+CONF
+linerate_tls_start 127.0.0.1 --config /tmp/signed.toml
+mode=$(linerate_tls_mode)
+tx_before=$(tls_stat TlsTxSw)
+rx_before=$(tls_stat TlsRxSw)
+# md5_link TEXT: nginx's secure_link hash of TEXT (base64url MD5, no padding).
+md5_link() { printf '%s' "$1" | /usr/bin/openssl md5 -binary | /usr/bin/openssl base64 | tr +/ -_ | tr -d =; }
+exp=$(($(date +%s) + 600))
+RANGES="whole 1000000-4999999" fetch_and_compare \
+    "https://localhost:$LR_PORT/big.bin?md5=$(md5_link "$exp/big.bin127.0.0.1 vm-secret")&expires=$exp" \
+    $FILE --cacert "$TLS_DIR/ca.pem"
+connections=$FETCHES
+# signed_status WHAT TARGET WANT: a request for TARGET over kTLS gets status WANT.
+signed_status() {
+    local code
+    code=$("$CURL" -sS --max-time 30 --cacert "$TLS_DIR/ca.pem" -o /dev/null -w '%{http_code}' \
+        "https://localhost:$LR_PORT$2") || fail "curl, $1 signed URL, failed"
+    expect_eq "$1 signed URL over kTLS: status" "$code" "$3"
+    connections=$((connections + 1))
+}
+old=$(($(date +%s) - 10))
+signed_status unsigned /big.bin 403
+signed_status expired "/big.bin?md5=$(md5_link "$old/big.bin127.0.0.1 vm-secret")&expires=$old" 410
+signed_status tampered "/big.bin?md5=$(md5_link "$exp/big.bin127.0.0.1 vm-secret")&expires=$((exp + 1))" 403
+report "signed URLs over kTLS" "signed: bytes match; unsigned 403, expired 410, tampered 403"
 check_ktls_counters "$tx_before" "$rx_before" "$mode" "$connections"
 linerate_stop

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use linerate_http::Status;
+use linerate_urlauth::Verdict;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
@@ -189,6 +190,16 @@ impl Collector for Workers {
         let errors: Vec<(&[(&str, &str)], u64)> =
             ErrorKind::ALL.iter().zip(&kinds).map(|(k, l)| (&l[..], s.total(|w| w.errors_of(*k)))).collect();
         counter(&mut e, "linerate_errors", "Failed requests and connections, by kind.", &errors)?;
+
+        let results: Vec<[(&str, &str); 1]> = Verdict::LABELS.iter().map(|l| [("result", *l)]).collect();
+        let signed: Vec<(&[(&str, &str)], u64)> =
+            results.iter().enumerate().map(|(i, l)| (&l[..], s.total(|w| w.signed[i].get()))).collect();
+        counter(
+            &mut e,
+            "linerate_signed_url",
+            "Requests under a signed-URL rule, by verdict: allowed, expired (410) or why refused (403).",
+            &signed,
+        )?;
 
         let refusals: Vec<[(&str, &str); 1]> = Refusal::ALL.iter().map(|r| [("limit", r.label())]).collect();
         let refused: Vec<(&[(&str, &str)], u64)> = Refusal::ALL

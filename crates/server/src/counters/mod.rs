@@ -291,6 +291,9 @@ pub struct WorkerCounters {
     pub head_bytes: Counter,
     /// Errors, indexed like [`ErrorKind::ALL`].
     pub errors: [Counter; ErrorKind::ALL.len()],
+    /// Requests under a signed-URL rule, by verdict, indexed like
+    /// [`linerate_urlauth::Verdict::LABELS`].
+    pub signed: [Counter; linerate_urlauth::Verdict::LABELS.len()],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
     /// Connections whose records the kernel protects (kTLS).

@@ -12,7 +12,8 @@
 //! What is logged about the target: its path without the query (whether there was
 //! one is a field of its own), with control bytes, non-ASCII bytes, quotes and
 //! backslashes escaped as `\xHH`. Query strings carry signed-URL tokens and are never
-//! written.
+//! written, the Referer's neither (a segment's Referer can be its manifest's signed
+//! URL); the signed-URL verdict is a field of its own.
 
 use std::cell::{Cell, RefCell};
 use std::fs::{File, OpenOptions};
@@ -255,7 +256,10 @@ pub struct Record<'a> {
     pub worker: usize,
     pub cross_domain: bool,
     pub filled: bool,
+    /// The signed-URL verdict (`Verdict::label`), for paths under a signed prefix.
+    pub signed: Option<&'static str>,
     pub user_agent: Option<&'a [u8]>,
+    /// The Referer field as sent; its query is cut off here, never written.
     pub referer: Option<&'a [u8]>,
     pub tcp: Option<TcpFigures>,
 }
@@ -269,6 +273,11 @@ impl Record<'_> {
 
     fn has_query(&self) -> bool {
         self.target.contains(&b'?')
+    }
+
+    /// The Referer without its query and fragment.
+    fn referer(&self) -> Option<&[u8]> {
+        self.referer.map(|r| &r[..r.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(r.len())])
     }
 
     pub fn write_json(&self, out: &mut Vec<u8>) {
@@ -310,10 +319,12 @@ impl Record<'_> {
         opt_bytes(self.sni.map(str::as_bytes), out);
         let _ =
             write!(out, ",\"worker\":{},\"cross_domain\":{},\"fill\":{}", self.worker, self.cross_domain, self.filled);
+        out.extend_from_slice(b",\"signed\":");
+        opt_bytes(self.signed.map(str::as_bytes), out);
         out.extend_from_slice(b",\"user_agent\":");
         opt_bytes(self.user_agent, out);
         out.extend_from_slice(b",\"referer\":");
-        opt_bytes(self.referer, out);
+        opt_bytes(self.referer(), out);
         if let Some(t) = self.tcp {
             let _ = write!(
                 out,
@@ -328,7 +339,7 @@ impl Record<'_> {
 
     /// `$remote_addr - - [$time_local] "$request" $status $body_bytes_sent
     /// "$http_referer" "$http_user_agent"`, as nginx writes it (times in UTC), with
-    /// the query left out of `$request`.
+    /// the query left out of `$request` and `$http_referer`.
     pub fn write_combined(&self, out: &mut Vec<u8>) {
         let _ = write!(out, "{} - - [", self.client.ip());
         clf_time(self.time, out);
@@ -337,7 +348,7 @@ impl Record<'_> {
         out.push(b' ');
         escape_clf(self.path(), out);
         let _ = write!(out, " {}\" {} {} \"", self.version, self.status, self.body_bytes);
-        escape_clf(self.referer.unwrap_or(b"-"), out);
+        escape_clf(self.referer().unwrap_or(b"-"), out);
         out.extend_from_slice(b"\" \"");
         escape_clf(self.user_agent.unwrap_or(b"-"), out);
         out.extend_from_slice(b"\"\n");
@@ -425,6 +436,7 @@ mod tests {
             worker: 1,
             cross_domain: false,
             filled: true,
+            signed: Some("allowed"),
             user_agent: ua,
             referer: None,
             tcp: Some(TcpFigures { rtt_us: 1234, total_retransmits: 2, delivery_rate_bps: 8_000_000 }),
@@ -455,8 +467,23 @@ mod tests {
         assert_eq!(v["cipher"], "TLS13_AES_128_GCM_SHA256");
         assert_eq!((&v["worker"], &v["cross_domain"], &v["fill"]), (&1.into(), &false.into(), &true.into()));
         assert_eq!((&v["user_agent"], &v["referer"]), (&"player/1.0".into(), &serde_json::Value::Null));
+        assert_eq!(v["signed"], "allowed");
         assert_eq!((v["rtt_ms"].as_f64(), v["retransmits"].as_u64()), (Some(1.234), Some(2)));
         assert_eq!(v["delivery_rate_bps"], 8_000_000);
+    }
+
+    #[test]
+    fn a_referer_query_is_never_written() {
+        let referer = b"https://cdn.example/premium/t1/master.m3u8?__token__=SECRET#frag";
+        let r = Record { referer: Some(referer), ..record(b"/premium/t1/seg-1.m4s", None) };
+        let (mut json, mut combined) = (Vec::new(), Vec::new());
+        r.write_json(&mut json);
+        r.write_combined(&mut combined);
+        for out in [json, combined] {
+            let text = String::from_utf8(out).unwrap();
+            assert!(!text.contains("SECRET") && !text.contains("__token__"), "{text}");
+            assert!(text.contains("https://cdn.example/premium/t1/master.m3u8\""), "{text}");
+        }
     }
 
     #[test]

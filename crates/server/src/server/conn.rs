@@ -34,6 +34,7 @@ use linerate_http::plan::{plan_file, Body, FileInfo};
 use linerate_http::request::{self, BodyFraming, Parsed};
 use linerate_http::response::HeadWriter;
 use linerate_http::{Method, Request, RequestError, Status, Version};
+use linerate_urlauth::{Rules, Verdict};
 
 use super::access_log::{Record, WorkerLog};
 use super::files::{FileCache, Lookup, LookupError, OpenFile};
@@ -63,6 +64,11 @@ pub struct Context {
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
     pub debug_field: Vec<u8>,
+    /// The newest signed-URL rules, replaced at each reload. Every request checks
+    /// against these rather than its connection's settings, so a key added or removed
+    /// by a reload counts for connections accepted before it too: keys rotate with no
+    /// window in which a long keep-alive connection still lacks the new one.
+    pub signed: RefCell<Arc<Rules>>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
@@ -90,6 +96,7 @@ impl Context {
             fill,
             page_chooser,
             debug_field,
+            signed: RefCell::new(Arc::new(Rules::new())),
             shutting_down: Cell::new(false),
             shutdown: Notify::new(),
             boundary_seq: Cell::new(0),
@@ -166,6 +173,8 @@ struct Exchange {
     first_byte: Option<Instant>,
     /// A body range waited for a disk fill.
     filled: bool,
+    /// The signed-URL verdict, when the path is under a signed prefix.
+    signed: Option<Verdict>,
 }
 
 /// Serves one connection until it closes.
@@ -403,6 +412,7 @@ impl<T: Transport> Conn<'_, T> {
             worker: self.worker.index,
             cross_domain: self.cross_domain,
             filled: ex.filled,
+            signed: ex.signed.map(Verdict::label),
             user_agent: self.req.user_agent(),
             referer: self.req.referer(),
             tcp: self.tcp,
@@ -524,13 +534,52 @@ impl<T: Transport> Conn<'_, T> {
     }
 
     async fn send_target(&mut self, keep_alive: bool) -> Result<(), SendError> {
-        let dir_syntax = match path::resolve(self.req.target(), &mut self.path) {
-            Ok(t) => t.dir_syntax,
+        let target = match path::resolve(self.req.target(), &mut self.path) {
+            Ok(t) => t,
             Err(TargetError::Escapes | TargetError::ForbiddenByte | TargetError::Malformed | TargetError::Asterisk) => {
                 self.worker.counters.error(ErrorKind::BadRequest);
                 return self.send_error(Status::BadRequest, keep_alive).await;
             }
         };
+        let dir_syntax = target.dir_syntax;
+        // Signed URLs: after normalisation (a rule's prefix is compared with the path
+        // that will be opened), before anything about the file is looked up.
+        let signed = {
+            let rules = self.worker.signed.borrow();
+            match rules.find(&self.path) {
+                None => None,
+                Some(policy) => {
+                    absolute_path(&self.path, dir_syntax, &mut self.scratch);
+                    let cookie = self.req.cookie();
+                    let now = self.worker.date.borrow_mut().now_secs();
+                    Some(policy.check(&linerate_urlauth::Request {
+                        path: &self.scratch,
+                        query: target.query,
+                        cookies: cookie.as_slice(),
+                        client: self.peer.ip(),
+                        now: u64::try_from(now).unwrap_or(0),
+                    }))
+                }
+            }
+        };
+        if let Some(verdict) = signed {
+            self.ex.signed = Some(verdict);
+            self.worker.counters.signed[verdict.index()].add(1);
+            let refusal = match verdict {
+                Verdict::Allow => None,
+                Verdict::Expired => Some(Status::Gone),
+                Verdict::Deny(_) => Some(Status::Forbidden),
+            };
+            if let Some(status) = refusal {
+                tracing::debug!(
+                    worker = self.worker.index,
+                    path = %String::from_utf8_lossy(&self.path),
+                    signed = verdict.label(),
+                    "signed URL refused"
+                );
+                return self.send_error(status, keep_alive).await;
+            }
+        }
         let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
         let file = match lookup {
             Ok(Lookup::File(_)) if dir_syntax => return self.send_error(Status::NotFound, keep_alive).await,
@@ -590,7 +639,13 @@ impl<T: Transport> Conn<'_, T> {
         self.worker.counters.head_bytes.add(self.head.len() as u64);
         self.ex.status = Some(plan.status);
         self.ex.head_bytes = self.head.len() as u64;
-        tracing::trace!(worker = self.worker.index, status = plan.status.code(), path = %String::from_utf8_lossy(&self.path));
+        tracing::trace!(
+            worker = self.worker.index,
+            status = plan.status.code(),
+            path = %String::from_utf8_lossy(&self.path),
+            query = self.req.target().contains(&b'?'),
+            signed = self.ex.signed.map_or("-", Verdict::label)
+        );
 
         if self.req.method == Method::Head {
             self.mark_first_byte();
@@ -813,6 +868,17 @@ impl<T: Transport> Conn<'_, T> {
         self.io.write_all(&self.head, false).await?;
         self.count_memory_body(body.len());
         Ok(())
+    }
+}
+
+/// The path a signed-URL policy checks: `/`, the normalised relative path, and a
+/// trailing `/` when the target had directory syntax (nginx's `$uri`).
+fn absolute_path(relative: &[u8], dir_syntax: bool, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.push(b'/');
+    buf.extend_from_slice(relative);
+    if dir_syntax && !relative.is_empty() {
+        buf.push(b'/');
     }
 }
 

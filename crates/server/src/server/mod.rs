@@ -217,8 +217,19 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         match events.recv() {
             Ok(Event::Signal(SIGHUP)) => match reload(&current, &opts, workers, nofile, tls_runtime.as_ref()) {
                 Ok(new) => {
+                    let (applied, acks) = mpsc::channel();
                     for c in &controls {
-                        let _ = c.send(Control::Reload(new.clone()));
+                        let _ = c.send(Control::Reload(new.clone(), applied.clone()));
+                    }
+                    drop(applied);
+                    // Wait for every worker to take it, so that from this log line on
+                    // every request sees the new signed-URL keys (a key rotation's
+                    // next step may start once it is printed).
+                    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                    for _ in &controls {
+                        if acks.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).is_err() {
+                            break;
+                        }
                     }
                     current = new;
                     tracing::info!("configuration reloaded; new connections use it");

@@ -44,8 +44,9 @@ use crate::transport::SendLimits;
 
 /// Messages from the supervisor.
 pub enum Control {
-    /// New settings for connections accepted from now on.
-    Reload(Arc<Settings>),
+    /// New settings for connections accepted from now on (and signed-URL rules for
+    /// every request from now on); the worker answers on the channel once applied.
+    Reload(Arc<Settings>, std::sync::mpsc::Sender<()>),
     Shutdown,
 }
 
@@ -133,9 +134,11 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let drain = settings.config.timeouts.drain;
     let files = FileCache::new(settings.config.open_file_cache.entries, settings.config.open_file_cache.valid);
     let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
+    let ctx = conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt)
+        .with_log(access_log.map(WorkerLog::new));
+    *ctx.signed.borrow_mut() = settings.signed.clone();
     let worker = Rc::new(Worker {
-        ctx: conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt)
-            .with_log(access_log.map(WorkerLog::new)),
+        ctx,
         settings: RefCell::new(settings),
         record_buffers,
         chooser: RefCell::new(chooser),
@@ -167,14 +170,16 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
 
     while let Some(msg) = control.recv().await {
         match msg {
-            Control::Reload(settings) => {
+            Control::Reload(settings, applied) => {
                 // Start a fresh cache. Connections still under the old settings
                 // share it, but entries are keyed by settings, so a changed root
                 // never crosses over. Responses in flight keep the files they hold.
                 let c = &settings.config.open_file_cache;
                 *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
                 *worker.chooser.borrow_mut() = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
+                *worker.signed.borrow_mut() = settings.signed.clone();
                 *worker.settings.borrow_mut() = settings;
+                let _ = applied.send(());
             }
             Control::Shutdown => break,
         }
