@@ -122,7 +122,7 @@ linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | hea
 linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
 if [ "$access_log" -eq 1 ]; then
-    "$bin" serve --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+    "$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
         --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info \
         --access-log "$work/linerate-access.log" > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
     pids+=($!)
