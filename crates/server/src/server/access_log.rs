@@ -282,43 +282,45 @@ impl Record<'_> {
 
     pub fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"time\":\"");
-        let _ = write!(out, "{}", humantime::format_rfc3339_millis(self.time));
+        rfc3339_millis(self.time, out);
         out.extend_from_slice(b"\",\"client\":\"");
         let _ = write!(out, "{}", self.client.ip());
-        let _ = write!(out, "\",\"port\":{},\"method\":\"", self.client.port());
+        out.extend_from_slice(b"\",\"port\":");
+        num(out, u64::from(self.client.port()));
+        out.extend_from_slice(b",\"method\":\"");
         escape(self.method, out);
         out.extend_from_slice(b"\",\"path\":\"");
         escape(self.path(), out);
-        let _ = write!(
-            out,
-            "\",\"query\":{},\"version\":\"{}\",\"status\":{}",
-            self.has_query(),
-            self.version,
-            self.status
-        );
+        out.extend_from_slice(if self.has_query() { b"\",\"query\":true" } else { b"\",\"query\":false" });
+        out.extend_from_slice(b",\"version\":\"");
+        out.extend_from_slice(self.version.as_bytes());
+        out.extend_from_slice(b"\",\"status\":");
+        num(out, u64::from(self.status));
         out.extend_from_slice(b",\"range\":");
         opt_bytes(self.range, out);
-        let _ = write!(
-            out,
-            ",\"body_bytes\":{},\"bytes\":{},\"duration_ms\":{:.3},\"ttfb_ms\":",
-            self.body_bytes,
-            self.bytes,
-            self.duration.as_secs_f64() * 1e3
-        );
+        out.extend_from_slice(b",\"body_bytes\":");
+        num(out, self.body_bytes);
+        out.extend_from_slice(b",\"bytes\":");
+        num(out, self.bytes);
+        out.extend_from_slice(b",\"duration_ms\":");
+        millis(out, self.duration.as_micros());
+        out.extend_from_slice(b",\"ttfb_ms\":");
         match self.ttfb {
-            Some(t) => {
-                let _ = write!(out, "{:.3}", t.as_secs_f64() * 1e3);
-            }
+            Some(t) => millis(out, t.as_micros()),
             None => out.extend_from_slice(b"null"),
         }
-        let _ = write!(out, ",\"transport\":\"{}\",\"tls_version\":", self.transport);
+        out.extend_from_slice(b",\"transport\":\"");
+        out.extend_from_slice(self.transport.as_bytes());
+        out.extend_from_slice(b"\",\"tls_version\":");
         opt_bytes(self.tls_version.map(str::as_bytes), out);
         out.extend_from_slice(b",\"cipher\":");
         opt_bytes(self.cipher.map(str::as_bytes), out);
         out.extend_from_slice(b",\"sni\":");
         opt_bytes(self.sni.map(str::as_bytes), out);
-        let _ =
-            write!(out, ",\"worker\":{},\"cross_domain\":{},\"fill\":{}", self.worker, self.cross_domain, self.filled);
+        out.extend_from_slice(b",\"worker\":");
+        num(out, self.worker as u64);
+        out.extend_from_slice(if self.cross_domain { b",\"cross_domain\":true" } else { b",\"cross_domain\":false" });
+        out.extend_from_slice(if self.filled { b",\"fill\":true" } else { b",\"fill\":false" });
         out.extend_from_slice(b",\"signed\":");
         opt_bytes(self.signed.map(str::as_bytes), out);
         out.extend_from_slice(b",\"user_agent\":");
@@ -326,13 +328,12 @@ impl Record<'_> {
         out.extend_from_slice(b",\"referer\":");
         opt_bytes(self.referer(), out);
         if let Some(t) = self.tcp {
-            let _ = write!(
-                out,
-                ",\"rtt_ms\":{:.3},\"retransmits\":{},\"delivery_rate_bps\":{}",
-                f64::from(t.rtt_us) / 1e3,
-                t.total_retransmits,
-                t.delivery_rate_bps
-            );
+            out.extend_from_slice(b",\"rtt_ms\":");
+            millis(out, u128::from(t.rtt_us));
+            out.extend_from_slice(b",\"retransmits\":");
+            num(out, u64::from(t.total_retransmits));
+            out.extend_from_slice(b",\"delivery_rate_bps\":");
+            num(out, t.delivery_rate_bps);
         }
         out.extend_from_slice(b"}\n");
     }
@@ -353,6 +354,42 @@ impl Record<'_> {
         escape_clf(self.user_agent.unwrap_or(b"-"), out);
         out.extend_from_slice(b"\"\n");
     }
+}
+
+fn num(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Microseconds as milliseconds with three decimals (`1.500`), without floats.
+fn millis(out: &mut Vec<u8>, micros: u128) {
+    let micros = u64::try_from(micros).unwrap_or(u64::MAX);
+    num(out, micros / 1000);
+    let frac = micros % 1000;
+    out.extend_from_slice(&[b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8]);
+}
+
+thread_local! {
+    /// The last second formatted for records on this thread, and its text
+    /// (`YYYY-MM-DDTHH:MM:SS`): the date is formatted once a second, not per record.
+    static SECOND: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+}
+
+/// `2026-11-23T22:30:00.123Z`.
+fn rfc3339_millis(t: SystemTime, out: &mut Vec<u8>) {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    SECOND.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != since.as_secs() {
+            let text = humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs()));
+            cached.1.clear();
+            let _ = write!(cached.1, "{text}");
+            cached.1.pop(); // the trailing `Z`
+            cached.0 = since.as_secs();
+        }
+        out.extend_from_slice(&cached.1);
+    });
+    let ms = since.subsec_millis();
+    out.extend_from_slice(&[b'.', b'0' + (ms / 100) as u8, b'0' + (ms / 10 % 10) as u8, b'0' + (ms % 10) as u8, b'Z']);
 }
 
 fn opt_bytes(v: Option<&[u8]>, out: &mut Vec<u8>) {
@@ -483,6 +520,23 @@ mod tests {
             let text = String::from_utf8(out).unwrap();
             assert!(!text.contains("SECRET") && !text.contains("__token__"), "{text}");
             assert!(text.contains("https://cdn.example/premium/t1/master.m3u8\""), "{text}");
+        }
+    }
+
+    #[test]
+    fn times_and_durations_are_exact_across_seconds() {
+        let mut r = record(b"/a", None);
+        let mut out = Vec::new();
+        for (ms, want) in
+            [(123, "22:30:00.123Z"), (999, "22:30:00.999Z"), (1000, "22:30:01.000Z"), (61_007, "22:31:01.007Z")]
+        {
+            r.time = SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_473_000_000 + ms);
+            r.duration = Duration::from_micros(ms * 1000 + 7);
+            out.clear();
+            r.write_json(&mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["time"], format!("2026-11-23T{want}"));
+            assert_eq!(v["duration_ms"].as_f64(), Some(ms as f64 + 0.007));
         }
     }
 
