@@ -129,13 +129,41 @@ pub fn signal(pid: u32, sig: Signal) -> io::Result<()> {
     let raw = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
     let pid = rustix::process::Pid::from_raw(raw)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid 0 names a process group"))?;
-    let sig = match sig {
+    Ok(rustix::process::kill_process(pid, to_rustix(sig))?)
+}
+
+/// Sends `sig` to every process of process group `pgid`.
+pub fn signal_group(pgid: u32, sig: Signal) -> io::Result<()> {
+    let raw = i32::try_from(pgid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pgid out of range"))?;
+    let pgid = rustix::process::Pid::from_raw(raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pgid 0 is the caller's group"))?;
+    Ok(rustix::process::kill_process_group(pgid, to_rustix(sig))?)
+}
+
+fn to_rustix(sig: Signal) -> rustix::process::Signal {
+    match sig {
         Signal::Hup => rustix::process::Signal::HUP,
         Signal::Term => rustix::process::Signal::TERM,
         Signal::Kill => rustix::process::Signal::KILL,
         Signal::Usr2 => rustix::process::Signal::USR2,
-    };
-    Ok(rustix::process::kill_process(pid, sig)?)
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants
+/// (`PR_SET_CHILD_SUBREAPER`): a process whose parent exits is re-parented here
+/// instead of to init, so [`reap`] can collect it. For supervisors and tests of
+/// programs that start their own successors.
+pub fn become_child_subreaper() -> io::Result<()> {
+    Ok(rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?)
+}
+
+/// Collects child (or adopted orphan) `pid` if it has exited, without waiting;
+/// says whether it did. `ECHILD` when it is not this process's to collect.
+pub fn reap(pid: u32) -> io::Result<bool> {
+    let raw = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+    let pid = rustix::process::Pid::from_raw(raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid 0 names a process group"))?;
+    Ok(rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG)?.is_some())
 }
 
 #[cfg(test)]

@@ -79,6 +79,9 @@ pub struct Launch {
     /// Silo of each CPU (index = CPU), for counting cross-domain connections.
     pub cpu_domains: Arc<Vec<Option<usize>>>,
     pub fill: Option<Arc<FillPool>>,
+    /// Called once the worker's listeners are registered with its event loop: from
+    /// then on connections queued on them are accepted.
+    pub started: Box<dyn FnOnce() + Send>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -95,7 +98,8 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill } = launch;
+    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill, started } =
+        launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
@@ -128,6 +132,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, scheme, slots.clone())));
     }
     tracing::debug!(worker = index, cpu, max_connections, "worker started");
+    started();
 
     while let Some(msg) = control.recv().await {
         match msg {
