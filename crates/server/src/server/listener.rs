@@ -32,10 +32,7 @@ pub fn bind_all(
 ) -> anyhow::Result<Vec<Group>> {
     let mut groups = Vec::new();
     for &addr in addrs {
-        let mut sockets = match inherited.as_deref_mut().and_then(|i| i.take(Role::Serve, addr)) {
-            Some(sockets) => sockets,
-            None => Vec::new(),
-        };
+        let mut sockets = inherited.as_deref_mut().and_then(|i| i.take(Role::Serve, addr)).unwrap_or_default();
         let taken = sockets.len();
         let mut actual = match sockets.first() {
             Some(s) => s.local_addr()?,
