@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-duration=60 reloads=10 upgrades=3 sessions=40 bitrate=8 bin=
+duration=60 reloads=10 upgrades=3 sessions=100 bitrate=8 bin=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) duration=15 reloads=4 upgrades=1 sessions=12 ;;
