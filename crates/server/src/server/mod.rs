@@ -314,7 +314,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                     tracing::warn!("upgrade: one is already under way; SIGUSR2 ignored");
                     continue;
                 }
-                tracing::info!(binary = %handover_exe(&handover), "upgrade: starting the new binary with the listening sockets");
+                tracing::info!(binary = %handover.exe().display(), "upgrade: starting the new binary with the listening sockets");
                 dim.stop();
                 let tx = events_tx.clone();
                 match handover.start(current.config.timeouts.upgrade, move |o| {
@@ -331,8 +331,8 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                 }
             }
             Ok(Event::Upgrade(Outcome::Ready(pid))) => {
-                let took = pending.take().map(|p| p.started.elapsed());
-                tracing::info!(new_pid = pid, took = ?took, drain = ?current.config.timeouts.drain, "upgrade: the new process serves; this one stops accepting and drains its transfers");
+                let took_ms = pending.take().map_or(0, |p| p.started.elapsed().as_millis() as u64);
+                tracing::info!(new_pid = pid, took_ms, drain = ?current.config.timeouts.drain, "upgrade: the new process serves; this one stops accepting and drains its transfers");
                 service::handed_over(pid);
                 handed_over = true;
                 break;
@@ -417,10 +417,6 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
-}
-
-fn handover_exe(h: &Handover) -> String {
-    h.exe().display().to_string()
 }
 
 /// The old process's side of a failed upgrade: say so everywhere an operator looks.
