@@ -32,16 +32,66 @@ pub fn spawn_keeping(cmd: &mut Command, keep: &[BorrowedFd<'_>]) -> io::Result<C
     // them in the parent for the whole call and fork duplicates the table; borrowing
     // them again in the child is therefore sound.
     unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                let fd = BorrowedFd::borrow_raw(fd);
-                let flags = rustix::io::fcntl_getfd(fd)?;
-                rustix::io::fcntl_setfd(fd, flags - FdFlags::CLOEXEC)?;
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || keep_open(&fds));
     }
     cmd.spawn()
+}
+
+/// Clears close-on-exec on `fds` (in a child, before exec).
+fn keep_open(fds: &[RawFd]) -> io::Result<()> {
+    for &fd in fds {
+        // SAFETY: see the callers: each number is open in this process for the call.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let flags = rustix::io::fcntl_getfd(fd)?;
+        rustix::io::fcntl_setfd(fd, flags - FdFlags::CLOEXEC)?;
+    }
+    Ok(())
+}
+
+/// Like [`spawn_keeping`], but the program runs as a grandchild whose parent exits
+/// at once, so that it is adopted by init or the nearest subreaper, which for a
+/// service is its service manager: systemd supervises a main process well only if
+/// it is systemd's own child (of one that is not, it says "Supervising process ...
+/// which is not our child. We'll most likely not notice when it exits", and stops
+/// the service with SIGKILL at once). Returns the program's pid. Its exit status is
+/// not this process's to collect.
+pub fn spawn_detached(cmd: &mut Command, keep: &[BorrowedFd<'_>]) -> io::Result<u32> {
+    let fds: Vec<RawFd> = keep.iter().map(|fd| fd.as_raw_fd()).collect();
+    // The intermediate process reports the grandchild's pid on this socket pair
+    // (both ends close-on-exec: the program never sees them).
+    let (mut ours, theirs) = UnixStream::pair()?;
+    let report = theirs.as_raw_fd();
+    // SAFETY: the closure runs in the child between fork and exec and does only
+    // async-signal-safe work: fcntl(2) (see spawn_keeping), fork(2), write(2) of a
+    // stack buffer and _exit(2); it allocates nothing. After fork(2), the
+    // intermediate process only writes and exits (no destructor, no atfork-unsafe
+    // library call); the grandchild goes on to exec as the single thread of its
+    // process, exactly as a child of spawn_keeping does. `report` and the `fds` are
+    // open in the child: fork duplicated the parent's table while `theirs` and `keep`
+    // were borrowed by this call.
+    unsafe {
+        cmd.pre_exec(move || {
+            keep_open(&fds)?;
+            match libc::fork() {
+                -1 => Err(io::Error::last_os_error()),
+                0 => Ok(()),
+                grandchild => {
+                    let bytes = grandchild.to_ne_bytes();
+                    let n = libc::write(report, bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(if n == bytes.len() as isize { 0 } else { 1 })
+                }
+            }
+        });
+    }
+    let result = cmd.spawn();
+    drop(theirs);
+    let mut intermediate = result?;
+    let status = intermediate.wait()?;
+    let mut pid = [0u8; 4];
+    std::io::Read::read_exact(&mut ours, &mut pid)
+        .map_err(|e| io::Error::new(e.kind(), format!("no pid from the intermediate process ({status}): {e}")))?;
+    let pid = i32::from_ne_bytes(pid);
+    u32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad pid from the intermediate process"))
 }
 
 /// Descriptor numbers already taken over: each may be owned once.
@@ -157,13 +207,35 @@ pub fn become_child_subreaper() -> io::Result<()> {
     Ok(rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?)
 }
 
-/// Collects child (or adopted orphan) `pid` if it has exited, without waiting;
-/// says whether it did. `ECHILD` when it is not this process's to collect.
-pub fn reap(pid: u32) -> io::Result<bool> {
-    let raw = i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    let pid = rustix::process::Pid::from_raw(raw)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid 0 names a process group"))?;
-    Ok(rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG)?.is_some())
+/// Collects child (or adopted orphan) `pid`, or any one when `None`, if it has
+/// exited, without waiting; returns the pid collected. `ECHILD` when there is none
+/// of this process's to collect.
+pub fn reap(pid: Option<u32>) -> io::Result<Option<u32>> {
+    let pid = match pid {
+        None => None,
+        Some(pid) => {
+            let raw =
+                i32::try_from(pid).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+            Some(
+                rustix::process::Pid::from_raw(raw)
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid 0 names a process group"))?,
+            )
+        }
+    };
+    Ok(rustix::process::waitpid(pid, rustix::process::WaitOptions::NOHANG)?
+        .map(|(pid, _)| pid.as_raw_nonzero().get() as u32))
+}
+
+/// Whether process `pid` exists and has not exited (a zombie waiting to be
+/// collected counts as exited).
+pub fn is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => {
+            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|s| s != "Z" && s != "X")
+        }
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +265,37 @@ mod tests {
         assert_ne!(lines[1], mine(other_fd), "the other socket leaked into the child");
         // The parent's copy is still close-on-exec.
         assert!(rustix::io::fcntl_getfd(&listener).unwrap().contains(FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn a_detached_program_is_not_our_child_and_keeps_its_descriptors() {
+        become_child_subreaper().unwrap(); // its orphan comes back here, to be collected
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let kept = listener.as_raw_fd();
+        let dir = std::env::temp_dir().join(format!("linerate-detached-{}", std::process::id()));
+        let out = dir.with_extension("out");
+        let script = format!("readlink /proc/$$/fd/{kept} > {0}.tmp; mv {0}.tmp {0}; sleep 1", out.display());
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &script]);
+        let pid = spawn_detached(&mut cmd, &[listener.as_fd()]).unwrap();
+        // The intermediate process has exited and been collected: the program was
+        // adopted (here, by this subreaper) before spawn_detached returned.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let ppid = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(1).unwrap().to_string();
+        assert_eq!(ppid, std::process::id().to_string(), "{stat}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !out.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let text = std::fs::read_to_string(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        let mine = std::fs::read_link(format!("/proc/self/fd/{kept}")).unwrap().display().to_string();
+        assert_eq!(text.trim(), mine, "the kept socket reached the program");
+        assert!(is_running(pid));
+        while reap(Some(pid)).unwrap().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!is_running(pid));
     }
 
     #[test]

@@ -9,10 +9,13 @@
 //! socket closes with its last descriptor, and the new process holds one).
 //!
 //! 1. The old process stops its interrupt-moderation controller (which restores the
-//!    NICs' settings), then starts the child with the sockets inherited: their
+//!    NICs' settings), then starts the new process with the sockets inherited: their
 //!    numbers, group by group in member order, and the address each group was
-//!    configured with are in the child's environment ([`ENV`]), with one end of a
-//!    Unix socket pair on which the child says when it is ready.
+//!    configured with are in its environment ([`ENV`]), with one end of a Unix
+//!    socket pair on which it says when it is ready. It is started as a grandchild
+//!    whose parent exits at once, so the service manager adopts it: systemd only
+//!    supervises a main process that is its own child (of another it warns "not our
+//!    child" and, at stop, kills it without waiting for its drain).
 //! 2. The child takes over the sockets whose address its own configuration still
 //!    lists (binding new ones only for addresses or workers it has more of), starts
 //!    its workers on them and its admin endpoint, tells a service manager it is the
@@ -39,7 +42,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 /// The environment variable that carries the hand-over to the new process:
-/// `v1 parent=PID ready=FD` followed by one `ROLE@ADDR=FD,FD,...` per socket group,
+/// `v1 from=PID ready=FD` followed by one `ROLE@ADDR=FD,FD,...` per socket group,
 /// where ROLE is `serve` or `admin` and ADDR the address the group was configured
 /// with (port 0 included).
 pub const ENV: &str = "LINERATE_UPGRADE";
@@ -77,8 +80,11 @@ impl Inherited {
     /// The hand-over from the environment, if this process was started by an upgrade.
     /// A malformed one, or one whose descriptors are not what it says, is an error:
     /// the new process must not serve with half of its sockets.
+    /// The variable is removed from the environment at once, so that nothing this
+    /// process starts inherits it (called before any thread is started).
     pub fn from_env() -> anyhow::Result<Option<Inherited>> {
         let Some(value) = std::env::var_os(ENV) else { return Ok(None) };
+        std::env::remove_var(ENV);
         let value = value.into_string().map_err(|_| anyhow::anyhow!("{ENV} is not UTF-8"))?;
         Inherited::parse(&value).with_context(|| format!("taking over the sockets handed over in {ENV}"))
     }
@@ -86,11 +92,12 @@ impl Inherited {
     fn parse(value: &str) -> anyhow::Result<Option<Inherited>> {
         let mut words = value.split_ascii_whitespace();
         anyhow::ensure!(words.next() == Some("v1"), "unknown hand-over format {value:?}");
-        let parent: u32 = field(words.next(), "parent")?;
-        if std::os::unix::process::parent_id() != parent {
-            // Inherited through some other process (an environment passed on by
-            // hand): the descriptors are not ours.
-            tracing::warn!("ignoring {ENV}: it was set by process {parent}, which is not this one's parent");
+        // The process handing over waits for this one: if it is gone (or is this
+        // very process), the variable was passed on some other way and the
+        // descriptors it names are not a hand-over.
+        let from: u32 = field(words.next(), "from")?;
+        if from == std::process::id() || !linerate_sys::inherit::is_running(from) {
+            tracing::warn!("ignoring {ENV}: process {from}, which set it, is not running");
             return Ok(None);
         }
         let ready_fd: i32 = field(words.next(), "ready")?;
@@ -207,7 +214,7 @@ impl Handover {
     /// from a thread of its own, with the outcome.
     pub fn start(&self, timeout: Duration, report: impl FnOnce(Outcome) + Send + 'static) -> anyhow::Result<Pending> {
         let (ours, theirs) = UnixStream::pair().context("socketpair")?;
-        let mut env = format!("v1 parent={} ready={}", std::process::id(), theirs.as_raw_fd());
+        let mut env = format!("v1 from={} ready={}", std::process::id(), theirs.as_raw_fd());
         let mut keep = vec![theirs.as_fd()];
         for (role, configured, fds) in &self.groups {
             let list: Vec<String> = fds.iter().map(|fd| fd.as_raw_fd().to_string()).collect();
@@ -216,68 +223,64 @@ impl Handover {
         }
         let mut cmd = Command::new(&self.exe);
         cmd.args(&self.args).env(ENV, env).stdin(Stdio::null());
-        let child = linerate_sys::inherit::spawn_keeping(&mut cmd, &keep)
+        // A grandchild, adopted by the service manager at once: systemd supervises
+        // a main process properly only if it is its own child.
+        let pid = linerate_sys::inherit::spawn_detached(&mut cmd, &keep)
             .with_context(|| format!("cannot start {}", self.exe.display()))?;
         drop(theirs);
-        let pid = child.id();
         std::thread::Builder::new()
             .name("linerate-upgrade".into())
-            .spawn(move || report(watch(child, ours, timeout)))
+            .spawn(move || report(watch(pid, ours, timeout)))
             .context("cannot start the upgrade watcher")?;
         Ok(Pending { pid, started: Instant::now() })
     }
 }
 
-/// Waits for the child to say it is ready, to exit, or to run out of time.
-fn watch(mut child: std::process::Child, ours: UnixStream, timeout: Duration) -> Outcome {
-    let pid = child.id();
+/// Waits for the new process to say it is ready, to exit (its end of the socket
+/// closes), or to run out of time (it is then stopped).
+fn watch(pid: u32, ours: UnixStream, timeout: Duration) -> Outcome {
     let _ = ours.set_read_timeout(Some(timeout));
     let mut line = String::new();
     let read = BufReader::new(&ours).read_line(&mut line);
     match read {
-        Ok(_) if line == "ready\n" => return Outcome::Ready(pid),
-        Ok(_) => {} // closed without a word: it exited, or is about to
+        Ok(_) if line == "ready\n" => Outcome::Ready(pid),
         Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-            let _ = linerate_sys::inherit::signal(pid, linerate_sys::inherit::Signal::Term);
-            let status = wait_for(&mut child, Duration::from_secs(5));
-            return Outcome::Failed(format!(
-                "new process {pid} was not ready within {}; stopped it ({})",
-                humantime::format_duration(timeout),
-                status
-            ));
+            let how = stop(pid, Duration::from_secs(5));
+            Outcome::Failed(format!(
+                "new process {pid} was not ready within {}; {how}",
+                humantime::format_duration(timeout)
+            ))
         }
-        Err(e) => tracing::debug!("upgrade: reading from the new process: {e}"),
-    }
-    let status = wait_for(&mut child, Duration::from_secs(5));
-    Outcome::Failed(format!("new process {pid} {status} before it was ready"))
-}
-
-/// Waits up to `grace` for the child to exit, kills it past that; says how it ended.
-fn wait_for(child: &mut std::process::Child, grace: Duration) -> String {
-    let deadline = Instant::now() + grace;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return describe(status),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                return match child.wait() {
-                    Ok(s) => format!("did not stop: killed, {}", describe(s)),
-                    Err(e) => format!("did not stop: killed ({e})"),
-                };
+        // Closed without a word: it is exiting (its own messages say why; a process
+        // closes its descriptors a moment before it is gone), or it closed the
+        // channel, which a working linerate never does.
+        _ => {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while linerate_sys::inherit::is_running(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => return format!("cannot be waited for: {e}"),
+            if !linerate_sys::inherit::is_running(pid) {
+                return Outcome::Failed(format!("new process {pid} exited before it was ready"));
+            }
+            let how = stop(pid, Duration::from_secs(5));
+            Outcome::Failed(format!("new process {pid} closed its channel before it was ready; {how}"))
         }
     }
 }
 
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("was killed by signal {sig}"),
-        _ => format!("ended ({status})"),
+/// Stops a process that is not this one's child: SIGTERM, SIGKILL after `grace`.
+fn stop(pid: u32, grace: Duration) -> &'static str {
+    use linerate_sys::inherit::{is_running, signal, Signal};
+    let _ = signal(pid, Signal::Term);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !is_running(pid) {
+            return "stopped it";
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = signal(pid, Signal::Kill);
+    "killed it (it ignored SIGTERM)"
 }
 
 /// `linerate upgrade`: asks the server whose pid `pid_file` holds to upgrade
@@ -320,19 +323,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_hand_over_from_another_parent_is_ignored() {
-        // The numbers would not even be looked at: the parent check comes first.
-        let v = format!("v1 parent={} ready=99 serve@127.0.0.1:0=98", std::process::id());
+    fn a_hand_over_from_a_process_that_is_gone_is_ignored() {
+        // The numbers would not even be looked at: the sender check comes first.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let v = format!("v1 from={} ready=99 serve@127.0.0.1:0=98", gone.id());
         assert!(Inherited::parse(&v).unwrap().is_none());
+        let v = format!("v1 from={} ready=99", std::process::id());
+        assert!(Inherited::parse(&v).unwrap().is_none(), "from this very process");
     }
 
     #[test]
     fn malformed_hand_overs_are_errors() {
-        for v in ["v2 parent=1", "v1", "v1 parent=x"] {
+        for v in ["v2 from=1", "v1", "v1 from=x"] {
             assert!(Inherited::parse(v).is_err(), "{v}");
         }
-        // Our real parent, but a descriptor that is not a Unix socket (stdout).
-        let v = format!("v1 parent={} ready=1", std::os::unix::process::parent_id());
+        // A live sender, but a descriptor that is not a Unix socket (stdout).
+        let v = format!("v1 from={} ready=1", std::os::unix::process::parent_id());
         assert!(Inherited::parse(&v).is_err());
     }
 }
