@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 
 mod stat;
+mod topo;
+mod tune;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,9 +13,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use linerate::config::{Config, LogFormat, Overrides};
-use linerate::{demo, server, topology, tune};
+use linerate::{demo, server};
 use linerate_loadgen as bench;
-use linerate_moderation_sim as dim_sim;
+use linerate_moderation_sim as moderation_sim;
 
 #[derive(Parser)]
 #[command(name = "linerate", version, about = "An edge server for bulk media delivery")]
@@ -27,12 +29,12 @@ enum Command {
     /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
     /// The NUMA silo plan: domains, CPUs, workers, NICs and disks, IRQ placement.
-    Topo(topology::TopoArgs),
+    Topo(topo::TopoArgs),
     /// One line per interval on the box's health: traffic, TCP, CPU, memory, and the
     /// server's own counters from its admin endpoint.
     Stat(stat::StatArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
-    Dim(dim_sim::DimArgs),
+    Dim(moderation_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
     /// `tune dim` runs the interrupt-moderation controller on a NIC.
     Tune(tune::TuneArgs),
@@ -91,6 +93,18 @@ struct ServeArgs {
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     #[arg(long)]
     debug_headers: bool,
+    /// Append an access-log record per response to FILE (JSON lines; `[access_log]`
+    /// in the config file for the format and sampling).
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<PathBuf>,
+    /// Connections one client (address or prefix) may have open at once
+    /// (`client_limits.max_connections`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connections: Option<u32>,
+    /// New connections per second one client may open
+    /// (`client_limits.max_new_connections_per_second`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connection_rate: Option<u32>,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -107,8 +121,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Stat(args) => stat::run(args),
-        Command::Topo(args) => topology::run_topo(args),
-        Command::Dim(args) => dim_sim::run(args),
+        Command::Topo(args) => topo::run(args),
+        Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Upgrade(args) => upgrade(args),
@@ -135,6 +149,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin: args.admin,
         no_admin: args.no_admin,
         debug_headers: args.debug_headers,
+        access_log: args.access_log,
+        max_client_connections: args.max_client_connections,
+        max_client_connection_rate: args.max_client_connection_rate,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {

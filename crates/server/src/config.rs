@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod signed;
+
 /// An invalid configuration: where, which key, what is wrong.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -64,6 +66,8 @@ pub struct Config {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid_file: Option<PathBuf>,
     pub limits: Limits,
+    /// Limits per client address or prefix (`[client_limits]`).
+    pub client_limits: ClientLimits,
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
     pub tls: Tls,
@@ -74,10 +78,15 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: crate::tune::moderation::DimConfig,
+    pub dim: ModerationConfig,
     pub log: Log,
+    /// One record per response, written off the workers (`[access_log]`).
+    pub access_log: AccessLog,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
+    /// Signed-URL rules by path prefix (`[[signed]]`, see docs/SIGNED-URLS.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signed: Vec<SignedRule>,
 }
 
 /// Where plain HTTP listens when no address at all is configured.
@@ -102,6 +111,7 @@ impl Default for Config {
             debug_headers: false,
             pid_file: None,
             limits: Limits::default(),
+            client_limits: ClientLimits::default(),
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
             tls: Tls::default(),
@@ -112,7 +122,9 @@ impl Default for Config {
             fill: Fill::default(),
             dim: Default::default(),
             log: Log::default(),
+            access_log: AccessLog::default(),
             mime: BTreeMap::new(),
+            signed: Vec::new(),
         }
     }
 }
@@ -145,6 +157,43 @@ impl Default for Limits {
             max_connections_per_worker: 0,
             max_requests_per_connection: 10_000,
             listen_backlog: 4096,
+        }
+    }
+}
+
+/// Limits per client: connections at once and new connections per second per
+/// address or prefix, and the lowest average rate a response may be sent at.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientLimits {
+    /// Connections open at once per client prefix; 0 = no limit.
+    pub max_connections: u32,
+    /// Leading bits of an IPv4 address that name a client (32: each address).
+    pub ipv4_prefix: u8,
+    /// Leading bits of an IPv6 address that name a client (64: each /64).
+    pub ipv6_prefix: u8,
+    /// New connections per second per client prefix (token bucket); 0 = no limit.
+    pub max_new_connections_per_second: u32,
+    /// New connections a client may open at once before the rate applies.
+    pub new_connections_burst: u32,
+    /// Lowest average rate (bytes per second) a response may be sent at once
+    /// `min_send_rate_after` has passed; 0 = no minimum.
+    pub min_send_rate: u64,
+    /// How long a response may take before its average rate is checked.
+    #[serde(with = "humantime_serde")]
+    pub min_send_rate_after: Duration,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            max_connections: 256,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            max_new_connections_per_second: 100,
+            new_connections_burst: 200,
+            min_send_rate: 4096,
+            min_send_rate_after: Duration::from_secs(20),
         }
     }
 }
@@ -410,6 +459,30 @@ impl Default for Fill {
     }
 }
 
+/// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
+/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModerationConfig {
+    /// Interfaces to drive; empty = off.
+    pub interfaces: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub max_writes_per_sec: f64,
+    pub take_over: bool,
+}
+
+impl Default for ModerationConfig {
+    fn default() -> ModerationConfig {
+        ModerationConfig {
+            interfaces: Vec::new(),
+            interval: Duration::from_millis(100),
+            max_writes_per_sec: 10.0,
+            take_over: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -432,6 +505,139 @@ impl Default for Log {
     }
 }
 
+/// How requests under a signed-URL rule's prefix are checked.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SignedMode {
+    /// nginx `secure_link` compatible MD5 links.
+    SecureLink,
+    /// HMAC-SHA256 tokens with a path ACL.
+    Token,
+    /// No signature needed (a prefix opened inside a signed one).
+    Open,
+}
+
+/// One `[[signed]]` rule. Keys that do not apply to its mode are refused; absent
+/// ones take the defaults in docs/CONFIG.md.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedRule {
+    /// The decoded path prefix the rule covers, on segment boundaries.
+    pub prefix: String,
+    pub mode: SignedMode,
+    /// Keys valid at once (rotation); `secure_link` puts each in `$secret`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<SignedKey>,
+    /// `secure_link`: the `secure_link_md5` expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+    /// `secure_link`: the query argument holding the hash (`md5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_arg: Option<String>,
+    /// `secure_link`: the query argument holding the expiry (`expires`); empty: links
+    /// never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_arg: Option<String>,
+    /// `token`: the query argument carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_arg: Option<String>,
+    /// `token`: the cookie carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+    /// `token`: refuse tokens that are not bound to a client address (`ip=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_client_address: Option<bool>,
+    /// `token`: clock difference with the signers tolerated on `st` and `exp`.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub leeway: Option<Duration>,
+}
+
+/// A signing key: an id and a secret, given inline or in a file of its own.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedKey {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+    /// A file whose contents (less one trailing newline) are the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "SecretEncoding::is_text")]
+    pub encoding: SecretEncoding,
+}
+
+/// How a secret's text becomes its bytes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEncoding {
+    /// The bytes of the text.
+    #[default]
+    Text,
+    /// Hex digits, two per byte (as EdgeAuth keys are written).
+    Hex,
+}
+
+impl SecretEncoding {
+    fn is_text(&self) -> bool {
+        *self == SecretEncoding::Text
+    }
+}
+
+/// A secret written in the configuration. Never shown: `Debug` and the printed
+/// configuration (`--check-config`) say `<redacted>`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+/// What a [`Secret`] prints as.
+pub const REDACTED: &str = "<redacted>";
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(REDACTED)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// nginx's `combined` format, so pipelines that parse it read it unchanged.
+    Combined,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// The file records are appended to; unset or `"off"`: no access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+    /// Log one response in this many (1: every response).
+    pub sample: u64,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog { path: None, format: AccessLogFormat::Json, sample: 1 }
+    }
+}
+
+impl AccessLog {
+    /// The file to write, or None when logging is off.
+    pub fn file(&self) -> Option<&Path> {
+        self.path.as_deref().filter(|p| *p != Path::new("off"))
+    }
+}
+
 /// Values given on the command line; each replaces the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -445,6 +651,9 @@ pub struct Overrides {
     pub admin: Option<SocketAddr>,
     pub no_admin: bool,
     pub debug_headers: bool,
+    pub access_log: Option<PathBuf>,
+    pub max_client_connections: Option<u32>,
+    pub max_client_connection_rate: Option<u32>,
 }
 
 impl Config {
@@ -504,6 +713,15 @@ impl Config {
         }
         if overrides.debug_headers {
             config.debug_headers = true;
+        }
+        if let Some(path) = &overrides.access_log {
+            config.access_log.path = Some(path.clone());
+        }
+        if let Some(n) = overrides.max_client_connections {
+            config.client_limits.max_connections = n;
+        }
+        if let Some(n) = overrides.max_client_connection_rate {
+            config.client_limits.max_new_connections_per_second = n;
         }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
@@ -580,6 +798,18 @@ impl Config {
         range("limits.max_ranges", l.max_ranges, 0, 64)?;
         range("limits.max_connections_per_worker", l.max_connections_per_worker, 0, 1 << 20)?;
         range("limits.listen_backlog", l.listen_backlog, 1, 1 << 20)?;
+        let c = &self.client_limits;
+        range("client_limits.max_connections", c.max_connections, 0, 1 << 24)?;
+        range("client_limits.ipv4_prefix", c.ipv4_prefix, 1, 32)?;
+        range("client_limits.ipv6_prefix", c.ipv6_prefix, 1, 128)?;
+        range("client_limits.max_new_connections_per_second", c.max_new_connections_per_second, 0, 1 << 24)?;
+        if c.max_new_connections_per_second > 0 {
+            range("client_limits.new_connections_burst", c.new_connections_burst, 1, 1 << 24)?;
+        }
+        range("client_limits.min_send_rate", c.min_send_rate, 0, 1 << 40)?;
+        if c.min_send_rate > 0 && c.min_send_rate_after < Duration::from_millis(100) {
+            return bad("client_limits.min_send_rate_after", "must be at least 100ms");
+        }
         let t = &self.timeouts;
         for (key, d) in [
             ("timeouts.header", t.header),
@@ -599,6 +829,7 @@ impl Config {
             ("timeouts.send", t.send),
             ("timeouts.drain", t.drain),
             ("timeouts.upgrade", t.upgrade),
+            ("client_limits.min_send_rate_after", c.min_send_rate_after),
             ("stats.tcp_info_interval", self.stats.tcp_info_interval),
             ("dim.interval", self.dim.interval),
         ] {
@@ -641,6 +872,12 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
+        range("access_log.sample", self.access_log.sample, 1, 1 << 32)?;
+        if let Some(path) = self.access_log.file() {
+            if path.as_os_str().is_empty() || path.is_dir() {
+                return bad("access_log.path", format!("{:?} is not a file path (or \"off\")", path.display()));
+            }
+        }
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }
@@ -665,6 +902,7 @@ impl Config {
                 format!("{:?} is not a log filter like `info` or `linerate=debug`", self.log.level),
             );
         }
+        signed::rules(&self.signed)?;
         Ok(())
     }
 
@@ -769,6 +1007,28 @@ mod tests {
                 Config { timeouts: Timeouts { send: Duration::ZERO, ..Timeouts::default() }, ..base.clone() },
                 "timeouts.send",
             ),
+            (
+                Config { client_limits: ClientLimits { ipv4_prefix: 33, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv4_prefix",
+            ),
+            (
+                Config { client_limits: ClientLimits { ipv6_prefix: 0, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv6_prefix",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { new_connections_burst: 0, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.new_connections_burst",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { min_send_rate_after: Duration::ZERO, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.min_send_rate_after",
+            ),
             (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
             (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
         ];
@@ -788,6 +1048,7 @@ mod tests {
             "timeouts.send",
             "timeouts.drain",
             "timeouts.upgrade",
+            "client_limits.min_send_rate_after",
             "stats.tcp_info_interval",
             "dim.interval",
         ] {
@@ -802,6 +1063,14 @@ mod tests {
             let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
             assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
+    }
+
+    #[test]
+    fn dim_section_parses() {
+        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(250));
+        assert_eq!(c.max_writes_per_sec, 10.0);
+        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
     }
 
     #[test]

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use linerate_http::Status;
+use linerate_urlauth::Verdict;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, Refusal, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
@@ -190,6 +191,29 @@ impl Collector for Workers {
             ErrorKind::ALL.iter().zip(&kinds).map(|(k, l)| (&l[..], s.total(|w| w.errors_of(*k)))).collect();
         counter(&mut e, "linerate_errors", "Failed requests and connections, by kind.", &errors)?;
 
+        let results: Vec<[(&str, &str); 1]> = Verdict::LABELS.iter().map(|l| [("result", *l)]).collect();
+        let signed: Vec<(&[(&str, &str)], u64)> =
+            results.iter().enumerate().map(|(i, l)| (&l[..], s.total(|w| w.signed[i].get()))).collect();
+        counter(
+            &mut e,
+            "linerate_signed_url",
+            "Requests under a signed-URL rule, by verdict: allowed, expired (410) or why refused (403).",
+            &signed,
+        )?;
+
+        let refusals: Vec<[(&str, &str); 1]> = Refusal::ALL.iter().map(|r| [("limit", r.label())]).collect();
+        let refused: Vec<(&[(&str, &str)], u64)> = Refusal::ALL
+            .iter()
+            .zip(&refusals)
+            .map(|(r, l)| (&l[..], s.total(|w| w.client_limit_refusals[*r as usize].get())))
+            .collect();
+        counter(
+            &mut e,
+            "linerate_client_limit_refusals",
+            "New connections closed at once because their client was over a [client_limits] limit, by limit.",
+            &refused,
+        )?;
+
         let certs = s.certificates.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let now = crate::tls::certs::unix_now();
         let cert_labels = |c: &crate::tls::certs::CertExpiry| {
@@ -299,6 +323,25 @@ impl Collector for Workers {
         )?;
 
         self.encode_cold(&mut e)?;
+        if let Some(log) = &self.0.access_log {
+            use std::sync::atomic::Ordering::Relaxed;
+            let c = &log.counters;
+            counter(
+                &mut e,
+                "linerate_access_log_records",
+                "Access-log records written to the file, and dropped (the writer fell behind or the write failed).",
+                &[
+                    (&[("result", "written")], c.written.load(Relaxed)),
+                    (&[("result", "dropped")], c.dropped.load(Relaxed)),
+                ],
+            )?;
+            counter(
+                &mut e,
+                "linerate_access_log_reopens",
+                "Times the access log was reopened (SIGUSR1).",
+                &[(&[], c.reopened.load(Relaxed))],
+            )?;
+        }
 
         let cpu: Vec<(Vec<(&str, String)>, f64)> = ws
             .iter()

@@ -28,7 +28,7 @@ use linerate_http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::stats::{TransportKind, WorkerCounters};
+use crate::counters::{TransportKind, WorkerCounters};
 
 /// What the admin endpoint reports on, shared with the supervisor.
 pub struct AdminState {
@@ -45,6 +45,8 @@ pub struct AdminState {
     pub capacity_gbps: f64,
     /// The fill pool, for its queue and per-device counters.
     pub fill: Option<Arc<crate::server::fill::FillPool>>,
+    /// The access log, for its written and dropped record counts.
+    pub access_log: Option<Arc<crate::server::access_log::AccessLog>>,
     /// The certificates in use (replaced at each reload), for their expiry.
     pub certificates: std::sync::Mutex<Vec<crate::tls::certs::CertExpiry>>,
     /// Reloads done and refused, and binary upgrades that failed (the new binary
@@ -269,6 +271,7 @@ mod tests {
             capacity_connections: capacity,
             capacity_gbps: gbps_cap,
             fill: None,
+            access_log: None,
             certificates: Default::default(),
             reloads: Default::default(),
             reload_failures: Default::default(),

@@ -14,6 +14,7 @@
 //! - SIGUSR2: binary upgrade: start the binary again with the listening sockets
 //!   inherited, and once it serves, stop accepting and drain ([`upgrade`]). If it
 //!   does not start, keep serving.
+//! - SIGUSR1: reopen the access log (after logrotate renamed it).
 //! - SIGTERM / SIGINT: graceful shutdown (see [`worker`] for the steps), exit 0.
 //! - A worker that stops on its own is a bug: the others are shut down and the
 //!   process exits non-zero, so a service manager restarts it.
@@ -21,6 +22,8 @@
 //! A service manager is told about each step ([`service`]: `READY`, `RELOADING`,
 //! `STOPPING`, `MAINPID` after an upgrade).
 
+pub mod access_log;
+pub mod client_limits;
 mod conn;
 mod files;
 pub mod fill;
@@ -39,11 +42,11 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR2};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::admin::{self, AdminState};
 use crate::config::{Config, Overrides};
-use crate::stats::WorkerCounters;
+use crate::counters::WorkerCounters;
 use crate::sysfs::Host;
 use crate::tls::TlsRuntime;
 use crate::topology::{Plan, Topology};
@@ -129,6 +132,13 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         true => Some(fill::FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?),
         false => None,
     };
+    let access_log = match settings.config.access_log.file() {
+        Some(path) => Some(
+            access_log::AccessLog::start(path)
+                .with_context(|| format!("access_log.path: cannot open {} for appending", path.display()))?,
+        ),
+        None => None,
+    };
     let admin_listener = match settings.config.admin.enabled {
         true => {
             let addr = settings.config.admin.listen;
@@ -145,7 +155,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
 
     let (events_tx, events) = mpsc::channel::<Event>();
     let signals_tx = events_tx.clone();
-    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR2])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2])?;
     std::thread::Builder::new().name("linerate-signals".into()).spawn(move || {
         for sig in signals.forever() {
             if signals_tx.send(Event::Signal(sig)).is_err() {
@@ -154,6 +164,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         }
     })?;
 
+    let clients = Arc::new(client_limits::ClientTable::default());
     let mut controls = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     let mut counters = Vec::with_capacity(workers);
@@ -168,6 +179,8 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             cpu: Some(slot.cpu as usize),
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
+            access_log: access_log.clone(),
+            clients: clients.clone(),
             listeners,
             tls_listeners,
             settings: settings.clone(),
@@ -204,6 +217,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         },
         capacity_gbps: settings.config.admin.capacity_gbps,
         fill: fill.clone(),
+        access_log: access_log.clone(),
         certificates: std::sync::Mutex::new(certificates_of(&settings)),
         reloads: Default::default(),
         reload_failures: Default::default(),
@@ -293,8 +307,19 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                 service::reloading();
                 match reload(&current, &opts, workers, nofile, tls_runtime.as_ref()) {
                     Ok(new) => {
+                        let (applied, acks) = mpsc::channel();
                         for c in &controls {
-                            let _ = c.send(Control::Reload(new.clone()));
+                            let _ = c.send(Control::Reload(new.clone(), applied.clone()));
+                        }
+                        drop(applied);
+                        // Wait for every worker to take it, so that from this log line on
+                        // every request sees the new signed-URL keys (a key rotation's
+                        // next step may start once it is printed).
+                        let deadline = Instant::now() + Duration::from_secs(2);
+                        for _ in &controls {
+                            if acks.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+                                break;
+                            }
                         }
                         *admin_state.certificates.lock().unwrap_or_else(|e| e.into_inner()) = certificates_of(&new);
                         current = new;
@@ -309,6 +334,10 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
                     }
                 }
             }
+            Ok(Event::Signal(SIGUSR1)) => match &access_log {
+                Some(log) => log.reopen(),
+                None => tracing::info!("SIGUSR1: no access log to reopen"),
+            },
             Ok(Event::Signal(SIGUSR2)) => {
                 if pending.is_some() {
                     tracing::warn!("upgrade: one is already under way; SIGUSR2 ignored");
@@ -406,6 +435,9 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(log) = &access_log {
+        log.finish(Duration::from_secs(5));
+    }
     dim.stop();
     if !handed_over {
         pid_file.remove();
@@ -439,7 +471,7 @@ struct Dim {
 }
 
 impl Dim {
-    fn start(config: &crate::tune::moderation::DimConfig) -> Dim {
+    fn start(config: &crate::config::ModerationConfig) -> Dim {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = crate::tune::moderation::spawn(config, stop.clone());
         Dim { stop, threads }
@@ -527,6 +559,12 @@ fn reload(
     if config.pid_file != running.pid_file {
         tracing::warn!("`pid_file` changes take effect at restart");
         config.pid_file = running.pid_file.clone();
+    }
+    if config.access_log.file() != running.access_log.file() {
+        // The writer thread and its file are set up at start; format and sampling
+        // apply at once.
+        tracing::warn!("`access_log.path` takes effect at restart (SIGUSR1 reopens the running one)");
+        config.access_log.path = running.access_log.path.clone();
     }
     if config.log != running.log {
         tracing::warn!("`log` settings take effect at restart");

@@ -208,8 +208,23 @@ impl fmt::Debug for SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        SEEN_SNI.with(|seen| *seen.borrow_mut() = hello.server_name().map(Box::from));
         Some(self.choose(hello.server_name()))
     }
+}
+
+thread_local! {
+    /// The server name of the ClientHello the resolver saw last on this thread.
+    static SEEN_SNI: std::cell::RefCell<Option<Box<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The server name the resolver saw during the last call into rustls on this
+/// thread, taken (rustls has no accessor for it on an unbuffered connection). Sound
+/// because the resolver runs synchronously inside `process_tls_records`, and the
+/// handshake takes the name right after that call, before any await lets another
+/// connection's handshake run on the same worker thread.
+pub fn take_seen_sni() -> Option<Box<str>> {
+    SEEN_SNI.with(|seen| seen.borrow_mut().take())
 }
 
 #[cfg(test)]

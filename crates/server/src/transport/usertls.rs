@@ -18,13 +18,13 @@ use std::fs::File;
 use std::io::{self, IoSliceMut};
 use std::os::fd::AsFd;
 use std::rc::Rc;
-use std::time::Duration;
 
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 use crate::tls::control::{self, KEY_UPDATE_NOT_REQUESTED};
 use crate::tls::handshake::Established;
@@ -75,7 +75,7 @@ impl RecordBuffers {
 
 pub struct UserTls {
     stream: TcpStream,
-    send_timeout: Duration,
+    pace: Pace,
     sealer: Sealer,
     opener: Opener,
     kernel: KernelConnection<ServerConnectionData>,
@@ -107,11 +107,11 @@ fn record_violation(e: record::RecordError) -> control::Violation {
 }
 
 impl UserTls {
-    pub fn new(stream: TcpStream, est: Established, send_timeout: Duration, buffers: Rc<RecordBuffers>) -> UserTls {
+    pub fn new(stream: TcpStream, est: Established, limits: SendLimits, buffers: Rc<RecordBuffers>) -> UserTls {
         let limit = est.record_limit();
         UserTls {
             stream,
-            send_timeout,
+            pace: Pace::new(limits),
             sealer: Sealer::new(est.protocol, &est.secrets.tx.1, est.secrets.tx.0),
             opener: Opener::new(est.protocol, &est.secrets.rx.1, est.secrets.rx.0),
             kernel: est.kernel,
@@ -314,7 +314,7 @@ impl UserTls {
             match self.stream.try_write(bytes) {
                 Ok(n) => bytes = &bytes[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    socket::wait_writable(&self.stream, self.send_timeout).await?
+                    socket::wait_writable(&self.stream, &self.pace, self.body_bytes).await?
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
@@ -325,7 +325,7 @@ impl UserTls {
 }
 
 impl Transport for UserTls {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::UserTls;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::UserTls;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
@@ -398,6 +398,10 @@ impl Transport for UserTls {
             self.body_bytes += read as u64;
         }
         self.flush_pending().await
+    }
+
+    fn begin_response(&mut self) {
+        self.pace.begin(self.body_bytes);
     }
 
     fn body_bytes_sent(&self) -> u64 {
