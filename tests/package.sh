@@ -11,8 +11,9 @@
 #    `systemd-analyze security` rates its exposure (printed; at most 2.5 passes);
 # 4. the unit's command line, run the way the unit runs it (the service user,
 #    CAP_NET_BIND_SERVICE as the only, ambient, capability, no new privileges,
-#    LimitNOFILE, /run/linerate as its RuntimeDirectory) against the packaged
-#    configuration: it serves port 80, answers /healthz, writes its pid file, and
+#    LimitNOFILE, UMask, /run/linerate as its RuntimeDirectory) against the packaged
+#    configuration: it serves port 80, answers /healthz, writes its pid file and its
+#    access log (which the logrotate snippet rotates and has reopened), and
 #    `linerate upgrade --config /etc/linerate/linerate.toml` hands over to a new
 #    process that serves the same port;
 # 5. dpkg -r keeps the configuration, dpkg -P removes it with the state and logs.
@@ -134,11 +135,15 @@ done
 http_port=80 admin_port=9090
 [ ${#extra[@]} -eq 0 ] || { http_port=81; admin_port=9091; }
 echo "hello from the package test" > /var/www/linerate/package-test.txt
+umask_unit=$(sed -n 's/^UMask=//p' /lib/systemd/system/linerate.service)
 # shellcheck disable=SC2086 # ExecStart is a command line
-prlimit --nofile="$limit_nofile:$limit_nofile" -- \
-    setpriv --reuid=linerate --regid=linerate --init-groups --no-new-privs \
-    --inh-caps=-all,+net_bind_service --ambient-caps=-all,+net_bind_service --bounding-set=-all,+net_bind_service \
-    -- $exec_start "${extra[@]}" >"$work/stdout" 2>"$work/stderr" &
+(
+    umask "$umask_unit"
+    exec prlimit --nofile="$limit_nofile:$limit_nofile" -- \
+        setpriv --reuid=linerate --regid=linerate --init-groups --no-new-privs \
+        --inh-caps=-all,+net_bind_service --ambient-caps=-all,+net_bind_service --bounding-set=-all,+net_bind_service \
+        -- $exec_start "${extra[@]}" >"$work/stdout" 2>"$work/stderr"
+) &
 pids+=($!)
 for _ in $(seq 100); do
     grep -q "listening admin" "$work/stdout" 2>/dev/null && break
@@ -156,6 +161,16 @@ echo "ok pid $pid: user linerate, CapEff $capeff (CAP_NET_BIND_SERVICE), LimitNO
 [ "$(curl -sf "http://127.0.0.1:$http_port/package-test.txt")" = "hello from the package test" ] || fail "GET failed"
 [ "$(curl -sf "http://127.0.0.1:$admin_port/healthz")" = "ok" ] || fail "/healthz failed"
 echo "ok serves port $http_port, /healthz on $admin_port"
+log=/var/log/linerate/access.log
+for _ in $(seq 50); do grep -q 'package-test.txt' "$log" 2>/dev/null && break; sleep 0.1; done
+grep -q 'package-test.txt' "$log" || fail "no access-log record in $log"
+check_mode "$log" linerate:linerate 640
+logrotate --force /etc/logrotate.d/linerate || fail "logrotate"
+[ -f "$log.1" ] || fail "logrotate did not rotate $log"
+curl -sf "http://127.0.0.1:$http_port/package-test.txt?after-rotation" >/dev/null || fail "GET after rotation"
+for _ in $(seq 50); do grep -q 'package-test.txt' "$log" 2>/dev/null && break; sleep 0.1; done
+grep -q 'package-test.txt' "$log" || fail "no record in the reopened $log after logrotate (SIGUSR1)"
+echo "ok access log written, rotated by logrotate, reopened on SIGUSR1"
 
 linerate upgrade --config /etc/linerate/linerate.toml || { cat "$work/stderr"; fail "linerate upgrade failed"; }
 new=$(cat /run/linerate/linerate.pid)

@@ -49,6 +49,13 @@ ro() { awk -v m="$1" '$5 == m { split($6, o, ","); print o[1] }' "/proc/$pid/mou
 for i in 1 2 3 4; do head -c $((4 << 20)) /dev/urandom >"/var/www/linerate/t$i.bin"; done
 [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1/t1.bin)" = 200 ] && ok "serves port 80" || fail "GET :80"
 [ "$(curl -s http://127.0.0.1:9090/healthz)" = ok ] && ok "/healthz" || fail "/healthz"
+log=/var/log/linerate/access.log
+sleep 1.5 # records wait up to a second in a worker's buffer
+grep -q '"/t1.bin"' "$log" 2>/dev/null && ok "access log written in the sandbox ($log)" || fail "no access-log record in $log"
+logrotate --force /etc/logrotate.d/linerate && [ -f "$log.1" ] && ok "logrotate rotated it" || fail "logrotate"
+curl -s -o /dev/null http://127.0.0.1/t2.bin
+sleep 1.5
+grep -q '"/t2.bin"' "$log" 2>/dev/null && ok "reopened after rotation (SIGUSR1)" || fail "no record in the reopened $log"
 score=$(systemd-analyze security --no-pager linerate.service 2>/dev/null | sed -n 's/.*Overall exposure level for linerate.service: \(.*\)/\1/p')
 ok "systemd-analyze security (live): $score"
 
