@@ -40,6 +40,24 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Play paced streaming sessions (or a closed loop) against a server; report QoE.
     Bench(bench::BenchArgs),
+    /// Replace a running server with the binary now installed at its path, without
+    /// losing a connection: sends it SIGUSR2 and waits until the new process serves
+    /// (exit 0, its pid printed) or the upgrade failed and the old one serves on.
+    Upgrade(UpgradeArgs),
+}
+
+#[derive(Args)]
+struct UpgradeArgs {
+    /// The server's pid file (`pid_file` in its configuration).
+    #[arg(long, value_name = "FILE", required_unless_present = "config", conflicts_with = "config")]
+    pid_file: Option<PathBuf>,
+    /// Read `pid_file` from the server's configuration file instead.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Longest wait for the outcome, in seconds (more than the server's
+    /// `timeouts.upgrade`).
+    #[arg(long, value_name = "S", default_value_t = 90)]
+    timeout: u64,
 }
 
 #[derive(Args)]
@@ -107,6 +125,7 @@ fn main() -> ExitCode {
         Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Upgrade(args) => upgrade(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -147,6 +166,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let result = server::run(config, opts);
     drop(demo);
     result
+}
+
+fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
+    let pid_file = match (args.pid_file, &args.config) {
+        (Some(f), _) => f,
+        (None, Some(config)) => Config::from_file(config)?
+            .pid_file
+            .ok_or_else(|| anyhow::anyhow!("{} sets no `pid_file`", config.display()))?,
+        (None, None) => anyhow::bail!("give --pid-file FILE or --config FILE"),
+    };
+    let new = server::upgrade::request(&pid_file, std::time::Duration::from_secs(args.timeout))?;
+    println!("upgraded: the new process {new} serves; the old one drains its transfers");
+    Ok(())
 }
 
 fn init_logging(config: &Config) {

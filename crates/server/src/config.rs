@@ -61,6 +61,10 @@ pub struct Config {
     pub cors_allow_origin: String,
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     pub debug_headers: bool,
+    /// File the server writes its pid to once it serves (and a new binary after an
+    /// upgrade); none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_file: Option<PathBuf>,
     pub limits: Limits,
     /// Limits per client address or prefix (`[client_limits]`).
     pub client_limits: ClientLimits,
@@ -105,6 +109,7 @@ impl Default for Config {
             cache_control: String::new(),
             cors_allow_origin: String::new(),
             debug_headers: false,
+            pid_file: None,
             limits: Limits::default(),
             client_limits: ClientLimits::default(),
             timeouts: Timeouts::default(),
@@ -208,6 +213,10 @@ pub struct Timeouts {
     /// On SIGTERM/SIGINT, how long in-flight responses may take to finish.
     #[serde(with = "humantime_serde")]
     pub drain: Duration,
+    /// At a binary upgrade, how long the new process may take to start serving
+    /// before it is stopped and the running one carries on.
+    #[serde(with = "humantime_serde")]
+    pub upgrade: Duration,
 }
 
 impl Default for Timeouts {
@@ -217,6 +226,7 @@ impl Default for Timeouts {
             keepalive: Duration::from_secs(60),
             send: Duration::from_secs(60),
             drain: Duration::from_secs(30),
+            upgrade: Duration::from_secs(60),
         }
     }
 }
@@ -801,8 +811,12 @@ impl Config {
             return bad("client_limits.min_send_rate_after", "must be at least 100ms");
         }
         let t = &self.timeouts;
-        for (key, d) in [("timeouts.header", t.header), ("timeouts.keepalive", t.keepalive), ("timeouts.send", t.send)]
-        {
+        for (key, d) in [
+            ("timeouts.header", t.header),
+            ("timeouts.keepalive", t.keepalive),
+            ("timeouts.send", t.send),
+            ("timeouts.upgrade", t.upgrade),
+        ] {
             if d.is_zero() {
                 return bad(key, "must be longer than 0s");
             }
@@ -814,6 +828,7 @@ impl Config {
             ("timeouts.keepalive", t.keepalive),
             ("timeouts.send", t.send),
             ("timeouts.drain", t.drain),
+            ("timeouts.upgrade", t.upgrade),
             ("client_limits.min_send_rate_after", c.min_send_rate_after),
             ("stats.tcp_info_interval", self.stats.tcp_info_interval),
             ("dim.interval", self.dim.interval),
@@ -877,6 +892,9 @@ impl Config {
         }
         if self.admin.enabled && all.contains(&&self.admin.listen) && self.admin.listen.port() != 0 {
             return bad("admin.listen", format!("{} is also a serving address", self.admin.listen));
+        }
+        if self.pid_file.as_ref().is_some_and(|p| p.as_os_str().is_empty() || p.file_name().is_none()) {
+            return bad("pid_file", "must name a file");
         }
         if tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err() {
             return bad(
@@ -1029,6 +1047,7 @@ mod tests {
             "timeouts.keepalive",
             "timeouts.send",
             "timeouts.drain",
+            "timeouts.upgrade",
             "client_limits.min_send_rate_after",
             "stats.tcp_info_interval",
             "dim.interval",

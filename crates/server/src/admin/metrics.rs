@@ -214,6 +214,41 @@ impl Collector for Workers {
             &refused,
         )?;
 
+        let certs = s.certificates.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let now = crate::tls::certs::unix_now();
+        let cert_labels = |c: &crate::tls::certs::CertExpiry| {
+            vec![("key", c.key.clone()), ("file", c.file.display().to_string()), ("name", c.name.clone())]
+        };
+        let days: Vec<(Vec<(&str, String)>, i64)> = certs.iter().map(|c| (cert_labels(c), c.days_left(now))).collect();
+        gauge(
+            &mut e,
+            "linerate_tls_certificate_days_left",
+            "Whole days until each certificate in use expires (negative once expired); alert well before 0.",
+            &days,
+        )?;
+        let not_after: Vec<(Vec<(&str, String)>, i64)> = certs.iter().map(|c| (cert_labels(c), c.not_after)).collect();
+        gauge(
+            &mut e,
+            "linerate_tls_certificate_not_after_seconds",
+            "When each certificate in use expires, in Unix seconds (compare with time()).",
+            &not_after,
+        )?;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        counter(
+            &mut e,
+            "linerate_reloads",
+            "Configuration reloads (SIGHUP), by result.",
+            &[
+                (&[("result", "ok")], s.reloads.load(relaxed)),
+                (&[("result", "failed")], s.reload_failures.load(relaxed)),
+            ],
+        )?;
+        counter(
+            &mut e,
+            "linerate_upgrade_failures",
+            "Binary upgrades (SIGUSR2) whose new process did not start; this one kept serving.",
+            &[(&[], s.upgrade_failures.load(relaxed))],
+        )?;
         counter(
             &mut e,
             "linerate_tls_handshakes",

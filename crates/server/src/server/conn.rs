@@ -264,6 +264,10 @@ impl<T: Transport> Conn<'_, T> {
             self.req.clear();
             let head_len = match self.read_head(state).await {
                 Ok(n) => n,
+                // Idle when shutdown began: a request may be on its way, and closing
+                // with it unread would reset the connection; linger so the client
+                // sees an orderly close and retries elsewhere.
+                Err(HeadEnd::Closed) if self.worker.is_shutting_down() => return Ending::Linger,
                 Err(HeadEnd::Closed) => return Ending::Quiet,
                 Err(HeadEnd::Io) => {
                     self.worker.counters.error(ErrorKind::Reset);

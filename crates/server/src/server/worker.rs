@@ -89,6 +89,9 @@ pub struct Launch {
     pub access_log: Option<Arc<AccessLog>>,
     /// The process-wide table behind the per-client limits.
     pub clients: Arc<ClientTable>,
+    /// Called once the worker's listeners are registered with its event loop: from
+    /// then on connections queued on them are accepted.
+    pub started: Box<dyn FnOnce() + Send>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -117,6 +120,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         fill,
         access_log,
         clients,
+        started,
     } = launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
@@ -167,6 +171,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
             }
         }));
     }
+    started();
 
     while let Some(msg) = control.recv().await {
         match msg {
