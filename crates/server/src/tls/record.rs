@@ -201,6 +201,11 @@ impl Opener {
         self.seq = seq;
     }
 
+    /// Records opened with the current keys: the sequence number of the next one.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
     /// The length of the record starting at `buf[0]`, once its header has arrived.
     pub fn record_len(&self, buf: &[u8]) -> Result<Option<usize>, RecordError> {
         let Some(h) = buf.get(..HEADER_LEN) else { return Ok(None) };
