@@ -92,6 +92,14 @@ pub struct Config {
 /// Where plain HTTP listens when no address at all is configured.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// The largest integer any key accepts: TOML integers are signed 64-bit, and a
+/// larger value (which the parser takes for an unsigned key) could not be printed
+/// back (`--check-config`).
+pub const MAX_INTEGER: u64 = i64::MAX as u64;
+
+/// Most open files a worker's cache may keep: it allocates room for all of them.
+pub const MAX_OPEN_FILE_CACHE_ENTRIES: usize = 1 << 20;
+
 /// The longest duration any key accepts (timeouts, intervals): longer values are
 /// mistakes, and far longer ones would overflow the clock they are added to.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
@@ -746,7 +754,8 @@ impl Config {
                 return bad("root", "no content root: set `root` in the config file or pass --root DIR (or --demo)")
             }
             Some(root) if !root.is_dir() => {
-                return bad("root", format!("{} is not a readable directory", root.display()))
+                // Quoted: the path may hold a newline or control characters.
+                return bad("root", format!("{root:?} is not a readable directory"));
             }
             Some(_) => {}
         }
@@ -795,8 +804,10 @@ impl Config {
         range("limits.max_head_bytes", l.max_head_bytes, 1024, 1024 * 1024)?;
         range("limits.max_uri_bytes", l.max_uri_bytes, 64, l.max_head_bytes)?;
         range("limits.max_headers", l.max_headers, 1, linerate_http::request::MAX_HEADERS_CAP)?;
+        range("limits.max_request_body_bytes", l.max_request_body_bytes, 0, MAX_INTEGER)?;
         range("limits.max_ranges", l.max_ranges, 0, 64)?;
         range("limits.max_connections_per_worker", l.max_connections_per_worker, 0, 1 << 20)?;
+        range("limits.max_requests_per_connection", l.max_requests_per_connection, 0, MAX_INTEGER)?;
         range("limits.listen_backlog", l.listen_backlog, 1, 1 << 20)?;
         let c = &self.client_limits;
         range("client_limits.max_connections", c.max_connections, 0, 1 << 24)?;
@@ -810,6 +821,9 @@ impl Config {
         if c.min_send_rate > 0 && c.min_send_rate_after < Duration::from_millis(100) {
             return bad("client_limits.min_send_rate_after", "must be at least 100ms");
         }
+        range("open_file_cache.entries", self.open_file_cache.entries, 0, MAX_OPEN_FILE_CACHE_ENTRIES)?;
+        range("tcp.max_pacing_rate_mbps", self.tcp.max_pacing_rate_mbps, 0, MAX_INTEGER)?;
+        range("admin.capacity_connections", self.admin.capacity_connections, 0, MAX_INTEGER)?;
         let t = &self.timeouts;
         for (key, d) in [
             ("timeouts.header", t.header),
@@ -895,6 +909,12 @@ impl Config {
         }
         if self.pid_file.as_ref().is_some_and(|p| p.as_os_str().is_empty() || p.file_name().is_none()) {
             return bad("pid_file", "must name a file");
+        }
+        // tracing-subscriber (0.3.20 and later) trims each comma-separated directive
+        // but slices the untrimmed text, and panics on a directive that starts with
+        // whitespace before a non-ASCII character; it never reads them right anyway.
+        if self.log.level.split(',').any(|d| d.starts_with(char::is_whitespace)) {
+            return bad("log.level", "directives are separated by commas without spaces, like `linerate=debug,warn`");
         }
         if tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err() {
             return bad(
@@ -1102,5 +1122,82 @@ mod tests {
         let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The parser takes integers past i64::MAX for unsigned keys, but TOML cannot
+    /// print them: `--check-config` printed a comment instead of the configuration.
+    #[test]
+    fn integers_past_toml_range_are_refused() {
+        let dir = std::env::temp_dir();
+        for key in [
+            "limits.max_request_body_bytes",
+            "limits.max_requests_per_connection",
+            "tcp.max_pacing_rate_mbps",
+            "admin.capacity_connections",
+        ] {
+            let (section, name) = key.split_once('.').unwrap();
+            let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = {MAX_INTEGER}\n");
+            let c = Config::from_toml(&text).unwrap();
+            assert!(c.validate().is_ok(), "{key}");
+            assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c, "{key}");
+            let text = text.replace(&MAX_INTEGER.to_string(), &(MAX_INTEGER + 1).to_string());
+            let c = Config::from_toml(&text).unwrap_or_else(|e| panic!("{key}: {e:?}"));
+            assert_eq!(c.validate().unwrap_err().0, key);
+        }
+    }
+
+    /// Each worker's open-file cache allocates room for `entries` files at start:
+    /// an unbounded value made that allocation fail (or `entries × workers` overflow).
+    #[test]
+    fn open_file_cache_entries_is_bounded() {
+        let dir = std::env::temp_dir();
+        let c = |entries: usize| Config {
+            root: Some(dir.clone()),
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            open_file_cache: OpenFileCache { entries, ..OpenFileCache::default() },
+            ..Config::default()
+        };
+        assert!(c(MAX_OPEN_FILE_CACHE_ENTRIES).validate().is_ok());
+        assert_eq!(c(MAX_OPEN_FILE_CACHE_ENTRIES + 1).validate().unwrap_err().0, "open_file_cache.entries");
+        assert_eq!(c(usize::MAX).validate().unwrap_err().0, "open_file_cache.entries");
+    }
+
+    /// tracing-subscriber's directive parser trims a directive but slices the
+    /// untrimmed text, so a directive after `, ` with a non-ASCII character panicked
+    /// validation: at start, or on a reload, in the running server's supervisor.
+    #[test]
+    fn log_level_with_a_space_after_a_comma_is_refused_not_a_panic() {
+        let dir = std::env::temp_dir();
+        for level in [" é=info", "info, é=debug", "info,\u{a0}linerate=debug", "warn, linerate=debug", " "] {
+            let c = Config {
+                root: Some(dir.clone()),
+                listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+                log: Log { level: level.into(), ..Log::default() },
+                ..Config::default()
+            };
+            let (key, problem) = c.validate().unwrap_err();
+            assert_eq!(key, "log.level", "{level:?}");
+            assert!(problem.contains("without spaces"), "{problem}");
+        }
+        for level in ["info", "linerate=debug,warn", "info,é=debug", "", "debug "] {
+            let c = Config {
+                root: Some(dir.clone()),
+                log: Log { level: level.into(), ..Log::default() },
+                ..Config::default()
+            };
+            let c = Config { listen: vec![DEFAULT_LISTEN.parse().unwrap()], ..c };
+            assert!(c.validate().is_ok(), "{level:?}");
+        }
+    }
+
+    /// The error for a missing root printed the path as it was, so a path with a
+    /// newline split the message (a log line) in two.
+    #[test]
+    fn a_bad_root_is_reported_on_one_line() {
+        let c = Config { root: Some("/no\nsuch\r\u{1b}[2J".into()), ..Config::default() };
+        let (key, problem) = c.validate().unwrap_err();
+        assert_eq!(key, "root");
+        assert!(!problem.contains(|c: char| c.is_control()), "{problem:?}");
+        assert!(problem.contains("no\\nsuch"), "{problem}");
     }
 }

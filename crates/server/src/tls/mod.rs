@@ -30,6 +30,7 @@
 pub mod certs;
 pub mod control;
 pub mod handshake;
+pub mod inbound;
 pub mod kernel;
 pub mod record;
 #[cfg(test)]

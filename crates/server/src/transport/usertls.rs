@@ -8,10 +8,11 @@
 //! as they share a segment on the plain path. Batch buffers come from a per-worker
 //! pool ([`RecordBuffers`]): no allocation per request once the pool is warm.
 //!
-//! The read path opens records in a per-connection buffer and hands the plaintext
-//! to the HTTP layer. Alerts end the stream (close_notify) or the connection;
-//! a TLS 1.3 KeyUpdate switches the receive key, and if the peer asks, a KeyUpdate
-//! of ours goes out before the next application data, followed by our new key.
+//! The read path opens records in a per-connection buffer ([`crate::tls::inbound`])
+//! and hands the plaintext to the HTTP layer. Alerts end the stream (close_notify)
+//! or the connection; a TLS 1.3 KeyUpdate switches the receive key, and if the peer
+//! asks, a KeyUpdate of ours goes out before the next application data, followed by
+//! our new key.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -28,8 +29,8 @@ use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 use crate::tls::control::{self, KEY_UPDATE_NOT_REQUESTED};
 use crate::tls::handshake::Established;
+use crate::tls::inbound::Inbound;
 use crate::tls::record::{self, Opener, Protocol, Sealer, MAX_PAYLOAD};
-use crate::tls::Control;
 
 /// Records sealed per `write`: 16 full records is 256 KiB of file data per syscall.
 pub const RECORDS_PER_WRITE: usize = 16;
@@ -77,33 +78,20 @@ pub struct UserTls {
     stream: TcpStream,
     pace: Pace,
     sealer: Sealer,
-    opener: Opener,
+    /// The receiving side: records read but not yet opened, close_notify, and
+    /// whether the peer asked for our key to change.
+    inbound: Inbound,
     kernel: KernelConnection<ServerConnectionData>,
     protocol: Protocol,
     /// Before sealing a batch at or past this sequence number, renew the key (TLS
     /// 1.3) or refuse (TLS 1.2, which cannot renew).
     rekey_at: u64,
-    /// The peer asked for our key to change (KeyUpdate with update_requested).
-    key_update_due: bool,
-    peer_closed: bool,
-    /// Received bytes not yet opened (at most one partial record after `read`).
-    rx: Vec<u8>,
     /// Plaintext held back by `write_all(.., more = true)`.
     held: Vec<u8>,
     buffers: Rc<RecordBuffers>,
     /// Sealed records the socket has not taken yet; written before anything else.
     pending: Vec<u8>,
     body_bytes: u64,
-}
-
-/// A record that cannot be opened, and the alert that tells the peer why.
-fn record_violation(e: record::RecordError) -> control::Violation {
-    let alert = match e {
-        record::RecordError::BadMac => control::BAD_RECORD_MAC,
-        record::RecordError::Overflow => control::RECORD_OVERFLOW,
-        record::RecordError::Malformed => control::DECODE_ERROR,
-    };
-    control::Violation { alert: Some(alert), error: io::Error::new(io::ErrorKind::InvalidData, e) }
 }
 
 impl UserTls {
@@ -113,13 +101,10 @@ impl UserTls {
             stream,
             pace: Pace::new(limits),
             sealer: Sealer::new(est.protocol, &est.secrets.tx.1, est.secrets.tx.0),
-            opener: Opener::new(est.protocol, &est.secrets.rx.1, est.secrets.rx.0),
+            inbound: Inbound::new(Opener::new(est.protocol, &est.secrets.rx.1, est.secrets.rx.0)),
             kernel: est.kernel,
             protocol: est.protocol,
             rekey_at: limit.saturating_sub(2 * RECORDS_PER_WRITE as u64 + 2),
-            key_update_due: false,
-            peer_closed: false,
-            rx: Vec::new(),
             held: Vec::new(),
             buffers,
             pending: Vec::new(),
@@ -127,46 +112,21 @@ impl UserTls {
         }
     }
 
-    /// Opens every complete record in `rx`, appending application data to `buf`.
-    /// Returns the bytes appended; sets `peer_closed` on close_notify.
+    /// Opens every complete record received, appending application data to `buf`;
+    /// a KeyUpdate takes the peer's next key from rustls's key schedule.
     fn open_records(&mut self, buf: &mut Vec<u8>) -> Result<usize, control::Violation> {
-        let mut appended = 0;
-        let mut consumed = 0;
-        while !self.peer_closed {
-            let rest = &mut self.rx[consumed..];
-            let Some(len) = self.opener.record_len(rest).map_err(record_violation)? else { break };
-            if rest.len() < len {
-                break;
-            }
-            let (content_type, range) = self.opener.open(&mut rest[..len]).map_err(record_violation)?;
-            let payload = &rest[range];
-            consumed += len;
-            if content_type == record::CONTENT_APPLICATION_DATA {
-                buf.extend_from_slice(payload);
-                appended += payload.len();
-                continue;
-            }
-            match control::classify(content_type, payload)? {
-                Control::CloseNotify => self.peer_closed = true,
-                Control::Ignore => {}
-                Control::KeyUpdate { requested } => {
-                    let (seq, secrets) = self.kernel.update_rx_secret().map_err(|e| control::Violation {
-                        alert: Some(control::UNEXPECTED_MESSAGE),
-                        error: io::Error::other(e),
-                    })?;
-                    self.opener.rekey(&secrets, seq);
-                    self.key_update_due |= requested;
-                }
-            }
-        }
-        self.rx.drain(..consumed);
-        Ok(appended)
+        let kernel = &mut self.kernel;
+        self.inbound.open_records(buf, &mut |opener| {
+            let (seq, secrets) = kernel.update_rx_secret()?;
+            opener.rekey(&secrets, seq);
+            Ok(())
+        })
     }
 
     /// Starts a batch: if our key must change first, seals a KeyUpdate record at
     /// the front of `batch` and switches keys. Returns where the data records start.
     fn start_batch(&mut self, batch: &mut [u8]) -> Result<usize, SendError> {
-        let renew = self.key_update_due || self.sealer.seq() >= self.rekey_at;
+        let renew = self.inbound.key_update_due() || self.sealer.seq() >= self.rekey_at;
         if !renew {
             return Ok(0);
         }
@@ -178,7 +138,7 @@ impl UserTls {
         let n = self.sealer.seal(record::CONTENT_HANDSHAKE, batch, KEY_UPDATE_NOT_REQUESTED.len());
         let (seq, secrets) = self.kernel.update_tx_secret().map_err(|e| SendError::Io(io::Error::other(e)))?;
         self.sealer.rekey(&secrets, seq);
-        self.key_update_due = false;
+        self.inbound.key_update_sent();
         Ok(n)
     }
 
@@ -341,13 +301,14 @@ impl Transport for UserTls {
             if n > 0 {
                 return Ok(n);
             }
-            if self.peer_closed {
+            if self.inbound.peer_closed() {
                 return Ok(0);
             }
-            if self.rx.capacity() - self.rx.len() < 2048 {
-                self.rx.reserve(8192);
+            let rx = self.inbound.rx();
+            if rx.capacity() - rx.len() < 2048 {
+                rx.reserve(8192);
             }
-            if self.stream.read_buf(&mut self.rx).await? == 0 {
+            if self.stream.read_buf(rx).await? == 0 {
                 return Ok(0);
             }
         }
