@@ -16,7 +16,16 @@
 # where available, its user-space record layer otherwise). The TLS mode each
 # server ends up in is printed.
 #
-# Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S]
+# With --access-log, each server also runs a second time with an access log on, in
+# the same rounds ("nginx-log": `access_log ... combined buffer=64k flush=1s`, nginx's
+# buffered logging; "linerate-log": `--access-log`, JSON lines), and a second table
+# gives each server's Gb/s with the log on against off and its server CPU time per
+# request both ways: what logging costs.
+#
+# --range-bytes N asks for the first N bytes of each file instead of 2 MiB (e.g. 1024,
+# to see per-request costs such as logging).
+#
+# Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S] [--access-log] [--range-bytes N]
 #          [--workers N] [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
 #   --quick   1 round of 2 s per workload, 2 files of 16 MiB: a smoke test.
 #
@@ -27,7 +36,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
-files=8 file_mib=256 quick=0
+files=8 file_mib=256 quick=0 access_log=0 range_bytes=2097152
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
@@ -38,7 +47,9 @@ while [ $# -gt 0 ]; do
         --proto) protos=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --access-log) access_log=1 ;;
+        --range-bytes) range_bytes=$2; shift ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -52,7 +63,7 @@ start_work
 
 # --- content -------------------------------------------------------------
 make_content "$dir" "$files" "$file_mib"
-write_range_lua "$work/range.lua" "$files"
+write_range_lua "$work/range.lua" "$files" "$range_bytes"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
     -keyout "$work/key.pem" -out "$work/cert.pem" 2> /dev/null
@@ -60,7 +71,30 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
 # --- servers -------------------------------------------------------------
 nginx_port=$(free_port)
 nginx_tls_port=$(free_port)
-write_nginx_conf "$work/nginx" "$workers" 16384 8192 "
+nginx_log_port=$(free_port)
+nginx_log_tls_port=$(free_port)
+servers="nginx linerate"
+log_blocks=""
+if [ "$access_log" -eq 1 ]; then
+    servers="nginx nginx-log linerate linerate-log"
+    log_blocks="
+    server {
+        listen 127.0.0.1:$nginx_log_port reuseport;
+        access_log $work/nginx-access.log combined buffer=64k flush=1s;
+        root $dir;
+    }
+    server {
+        listen 127.0.0.1:$nginx_log_tls_port ssl reuseport;
+        access_log $work/nginx-access.log combined buffer=64k flush=1s;
+        ssl_certificate $work/cert.pem;
+        ssl_certificate_key $work/key.pem;
+        ssl_protocols TLSv1.3;
+        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
+        ssl_conf_command Options KTLS;
+        root $dir;
+    }"
+fi
+write_nginx_conf "$work/nginx" "$workers" 16384 8192 "$log_blocks
     server {
         listen 127.0.0.1:$nginx_port reuseport;
         root $dir;
@@ -78,7 +112,8 @@ nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
 pids+=($!)
 nginx_master=$!
 
-"$bin" serve --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+mapfile -t limits < <(loopback_limits)
+"$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
     --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
 pids+=($!)
 linerate_pid=$!
@@ -86,6 +121,17 @@ wait_for_line "$work/linerate.out" '^listening https://' || true
 linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
 linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
+if [ "$access_log" -eq 1 ]; then
+    "$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+        --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info \
+        --access-log "$work/linerate-access.log" > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
+    pids+=($!)
+    linerate_log_pid=$!
+    wait_for_line "$work/linerate-log.out" '^listening https://' || true
+    linerate_log_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate-log.out" | head -1)
+    linerate_log_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate-log.out" | head -1)
+    [ -n "$linerate_log_url" ] || { echo "linerate (with access log) did not start" >&2; exit 1; }
+fi
 for _ in $(seq 1 100); do
     curl -s -o /dev/null "http://127.0.0.1:$nginx_port/f1.bin" -r 0-0 && break
     sleep 0.05
@@ -94,11 +140,12 @@ done
 # CPU ticks of a server: for nginx, the master and all its workers.
 server_ticks() {
     case "$1" in
-        nginx)
+        nginx|nginx-log)
             local t=0
             for p in $(pgrep -P "$nginx_master") "$nginx_master"; do t=$((t + $(proc_ticks "$p"))); done
             echo "$t" ;;
         linerate) proc_ticks "$linerate_pid" ;;
+        linerate-log) proc_ticks "$linerate_log_pid" ;;
     esac
 }
 
@@ -108,6 +155,10 @@ url_of() {
         nginx/https) echo "https://127.0.0.1:$nginx_tls_port/" ;;
         linerate/http) echo "$linerate_url/" ;;
         linerate/https) echo "$linerate_tls_url/" ;;
+        nginx-log/http) echo "http://127.0.0.1:$nginx_log_port/" ;;
+        nginx-log/https) echo "https://127.0.0.1:$nginx_log_tls_port/" ;;
+        linerate-log/http) echo "$linerate_log_url/" ;;
+        linerate-log/https) echo "$linerate_log_tls_url/" ;;
     esac
 }
 
@@ -122,7 +173,7 @@ run_one() {
     out=$(wrk -t2 -c"$c" -d"${duration}s" -s "$work/range.lua" "$(url_of "$server" "$proto")")
     s1=$(server_ticks "$server"); m1=$(machine_busy)
     echo "$out" | wrk_row "$server" "$proto/$c" $((s1 - s0)) $((m1 - m0)) >> "$results"
-    tail -1 "$results" | awk '{ printf "  %-8s %-10s %7.2f Gb/s  server %.4f CPU-s/GB  machine %.4f CPU-s/GB  errors %d\n", $1, $2, $3, $4, $5, $7 }'
+    tail -1 "$results" | awk '{ printf "  %-12s %-10s %7.2f Gb/s  server %.4f CPU-s/GB  machine %.4f CPU-s/GB  errors %d\n", $1, $2, $3, $4, $5, $7 }'
 }
 
 echo "linerate vs nginx: $workers workers each, $files files x $file_mib MiB, wrk -t2, ${duration}s x $rounds rounds"
@@ -142,8 +193,9 @@ for proto in $protos; do
         workloads="$workloads $proto/$c"
         for r in $(seq 1 "$rounds"); do
             echo "round $r, $proto, $c connections"
-            run_one nginx "$proto" "$c"
-            run_one linerate "$proto" "$c"
+            for s in $servers; do
+                run_one "$s" "$proto" "$c"
+            done
         done
     done
 done
@@ -170,6 +222,35 @@ for w in $workloads; do
     [ "$errs" -eq 0 ] || { echo "errors during the $w runs: $errs" >&2; fail=1; }
     awk -v lr="$lr" 'BEGIN { exit !(lr > 0) }' || { echo "linerate moved no data in $w" >&2; fail=1; }
 done
+if [ "$access_log" -eq 1 ]; then
+    # Server CPU microseconds per request of one run: CPU-s/GB x GB / requests.
+    per_req() {
+        awk -v s="$1" -v w="$2" -v d="$duration" '$1 == s && $2 == w && $6 > 0 { print $4 * ($3 * d / 8) / $6 * 1e6 }' "$results" | median
+    }
+    echo
+    echo "Access log cost (log on against off, same rounds):"
+    echo
+    echo "| workload | server | Gb/s off | Gb/s on | on/off | server CPU us/request off | on | logging us/request |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for w in $workloads; do
+        for s in nginx linerate; do
+            off=$(col "$s" "$w" 3); on=$(col "$s-log" "$w" 3)
+            awk -v w="$w" -v s="$s" -v off="$off" -v on="$on" -v co="$(per_req "$s" "$w")" -v cn="$(per_req "$s-log" "$w")" \
+                'BEGIN { printf "| %s | %s | %.2f | %.2f | %.3f | %.1f | %.1f | %.1f |\n", w, s, off, on, (off > 0 ? on / off : 0), co, cn, cn - co }'
+        done
+    done
+    # The last records reach the file within a second or two (buffers flush after a second).
+    lr_reqs=$(awk '$1 == "linerate-log" { n += $6 } END { print n + 0 }' "$results")
+    for _ in $(seq 1 20); do
+        lr_lines=$(wc -l < "$work/linerate-access.log" 2> /dev/null || echo 0)
+        [ "$lr_lines" -ge "$lr_reqs" ] && break
+        sleep 0.25
+    done
+    ng_lines=$(wc -l < "$work/nginx-access.log" 2> /dev/null || echo 0)
+    echo
+    echo "records written: linerate $lr_lines (wrk counted $lr_reqs complete requests), nginx $ng_lines"
+    [ "$lr_lines" -ge "$lr_reqs" ] || { echo "linerate logged fewer records than requests" >&2; fail=1; }
+fi
 echo
 echo "medians of $rounds rounds; iperf3 -Z loopback ceiling (one stream): ${iperf:-n/a}"
 exit $fail

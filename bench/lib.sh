@@ -16,6 +16,17 @@ build_linerate() {
     fi
 }
 
+# loopback_limits: prints, one per line, the serve arguments that lift linerate's
+# per-client limits ([client_limits] in docs/CONFIG.md) far above what the benchmark
+# clients need: they all connect from 127.0.0.1, thousands of connections at once,
+# which the production defaults would refuse. Nothing for a binary without them.
+# Use: mapfile -t limits < <(loopback_limits)
+loopback_limits() {
+    if grep -q -- '--max-client-connections' <<< "$("$bin" serve --help)"; then
+        printf '%s\n' --max-client-connections 1000000 --max-client-connection-rate 1000000
+    fi
+}
+
 # start_work: a scratch directory in `work`, and an exit trap that stops every PID
 # appended to `pids`, then runs the script's `on_exit` function if it defines one,
 # and removes the directory. INT, TERM and HUP exit through the same trap.
@@ -56,15 +67,17 @@ make_test_cert() {
         -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
 }
 
-# write_range_lua FILE FILES: a wrk script asking `Range: bytes=0-2097151` of the next
-# of FILES files per request, and printing an exact RESULT line at the end.
+# write_range_lua FILE FILES [BYTES]: a wrk script asking `Range: bytes=0-(BYTES-1)`
+# (default 2 MiB) of the next of FILES files per request, and printing an exact RESULT
+# line at the end.
 write_range_lua() {
+    local last=$(( ${3:-2097152} - 1 ))
     cat > "$1" <<LUA
 local n = 0
 local files = $2
 request = function()
   n = n + 1
-  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-2097151" })
+  return wrk.format("GET", "/f" .. (n % files + 1) .. ".bin", { ["Range"] = "bytes=0-$last" })
 end
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -175,7 +188,9 @@ start_nginx() {
     base="$1://127.0.0.1:$port/"
 }
 start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
-    local args=(serve --root "$dir" --workers "$workers" --log-level warn "${@:2}")
+    local limits
+    mapfile -t limits < <(loopback_limits)
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn "${limits[@]}" "${@:2}")
     if [ "$1" = https ]; then
         grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
             { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }

@@ -48,7 +48,8 @@ make_content "$dir" "$files" "$file_mib"
 file_list=$(seq -f "f%g.bin" -s , 1 "$files")
 write_range_lua "$work/range.lua" "$files"
 
-"$bin" serve --root "$dir" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --workers "$workers" --log-level warn > "$work/linerate.out" &
+mapfile -t limits < <(loopback_limits)
+"$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --workers "$workers" --log-level warn > "$work/linerate.out" &
 pids+=($!)
 server_pid=$!
 wait_for_line "$work/linerate.out" '^listening http://' || true

@@ -48,7 +48,9 @@ start_server() { # name config-text extra-args...
     local name=$1 conf=$2
     shift 2
     printf 'root = "%s"\n%s\n' "$dir" "$conf" > "$work/$name.toml"
-    "$bin" serve --config "$work/$name.toml" --listen 127.0.0.1:0 --log-level warn "$@" > "$work/$name.out" &
+    local limits
+    mapfile -t limits < <(loopback_limits)
+    "$bin" serve --config "$work/$name.toml" --listen 127.0.0.1:0 --log-level warn "${limits[@]}" "$@" > "$work/$name.out" &
     pids+=($!)
     eval "${name}_pid=$!"
     wait_for_line "$work/$name.out" '^listening http://' || { echo "$name did not start" >&2; exit 1; }

@@ -138,6 +138,10 @@ pub struct Request {
     if_unmodified_since: Span,
     origin: Span,
     cors_request_method: Span,
+    /// For access logs.
+    user_agent: Span,
+    referer: Span,
+    cookie: Span,
 }
 
 /// Result of feeding bytes to [`Request::parse`].
@@ -270,6 +274,14 @@ impl Request {
                 self.origin = self.push(value);
             } else if name.eq_ignore_ascii_case("access-control-request-method") {
                 self.cors_request_method = self.push(value);
+            } else if name.eq_ignore_ascii_case("user-agent") {
+                self.user_agent = self.push(value);
+            } else if name.eq_ignore_ascii_case("referer") {
+                self.referer = self.push(value);
+            } else if name.eq_ignore_ascii_case("cookie") {
+                // Several Cookie fields (an HTTP/2 hop splits them) are one list joined
+                // by "; " (RFC 9113 section 8.2.3).
+                self.cookie = self.push_joined(self.cookie, value, b"; ");
             }
         }
         if self.version == Version::Http11 && !host_seen {
@@ -314,12 +326,17 @@ impl Request {
 
     /// Appends a list-valued field, joining it to an earlier occurrence with ", ".
     fn push_list(&mut self, earlier: Span, value: &[u8]) -> Span {
+        self.push_joined(earlier, value, b", ")
+    }
+
+    /// Appends a field value, joining it to an earlier occurrence with `separator`.
+    fn push_joined(&mut self, earlier: Span, value: &[u8], separator: &[u8]) -> Span {
         match earlier {
             None => self.push(value),
             Some((s, e)) => {
                 let start = self.arena.len();
                 self.arena.extend_from_within(s as usize..e as usize);
-                self.arena.extend_from_slice(b", ");
+                self.arena.extend_from_slice(separator);
                 self.arena.extend_from_slice(value);
                 Some((start as u32, self.arena.len() as u32))
             }
@@ -367,6 +384,18 @@ impl Request {
     /// `Access-Control-Request-Method`, present on CORS preflight requests.
     pub fn cors_request_method(&self) -> Option<&[u8]> {
         self.get(self.cors_request_method)
+    }
+    /// The `Cookie` field (several are joined with "; "), for signed-URL tokens.
+    pub fn cookie(&self) -> Option<&[u8]> {
+        self.get(self.cookie)
+    }
+    /// The User-Agent field (the last one sent), for access logs.
+    pub fn user_agent(&self) -> Option<&[u8]> {
+        self.get(self.user_agent)
+    }
+    /// The Referer field (the last one sent), for access logs.
+    pub fn referer(&self) -> Option<&[u8]> {
+        self.get(self.referer)
     }
 }
 
@@ -683,6 +712,14 @@ mod tests {
     }
 
     #[test]
+    fn cookie_fields_are_joined_with_semicolons() {
+        let (r, _) = parse("GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2\r\ncookie:  c=3 \r\n\r\n").unwrap();
+        assert_eq!(r.cookie(), Some(&b"a=1; b=2; c=3"[..]));
+        let (r, _) = parse("GET / HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+        assert_eq!(r.cookie(), None);
+    }
+
+    #[test]
     fn completeness_hint() {
         let head = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n";
         assert!(may_be_complete(head, 0));
@@ -708,10 +745,16 @@ mod tests {
     fn reuse_clears_previous_fields() {
         let mut r = Request::default();
         let l = Limits::default();
-        r.parse(b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=1-2\r\nOrigin: x\r\n\r\n", &l).unwrap();
+        r.parse(
+            b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=1-2\r\nOrigin: x\r\nUser-Agent: p/1\r\nreferer: r\r\n\r\n",
+            &l,
+        )
+        .unwrap();
+        assert_eq!((r.user_agent(), r.referer()), (Some(&b"p/1"[..]), Some(&b"r"[..])));
         r.parse(b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n", &l).unwrap();
         assert_eq!(r.range(), None);
         assert_eq!(r.origin(), None);
+        assert_eq!(r.user_agent(), None);
         assert_eq!(r.target(), b"/b");
     }
 }

@@ -13,6 +13,7 @@ pub enum Status {
     NotFound,
     MethodNotAllowed,
     RequestTimeout,
+    Gone,
     PreconditionFailed,
     ContentTooLarge,
     UriTooLong,
@@ -26,7 +27,7 @@ pub enum Status {
 
 impl Status {
     /// Every status, in a fixed order (see [`Status::index`]).
-    pub const ALL: [Status; 19] = [
+    pub const ALL: [Status; 20] = [
         Status::Ok,
         Status::NoContent,
         Status::PartialContent,
@@ -37,6 +38,7 @@ impl Status {
         Status::NotFound,
         Status::MethodNotAllowed,
         Status::RequestTimeout,
+        Status::Gone,
         Status::PreconditionFailed,
         Status::ContentTooLarge,
         Status::UriTooLong,
@@ -65,6 +67,7 @@ impl Status {
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
+            Status::Gone => 410,
             Status::PreconditionFailed => 412,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
@@ -89,6 +92,7 @@ impl Status {
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
+            Status::Gone => "Gone",
             Status::PreconditionFailed => "Precondition Failed",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",

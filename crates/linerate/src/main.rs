@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 
 mod stat;
+mod topo;
+mod tune;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,9 +13,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use linerate::config::{Config, LogFormat, Overrides};
-use linerate::{demo, server, topology, tune};
+use linerate::{demo, server};
 use linerate_loadgen as bench;
-use linerate_moderation_sim as dim_sim;
+use linerate_moderation_sim as moderation_sim;
 
 #[derive(Parser)]
 #[command(name = "linerate", version, about = "An edge server for bulk media delivery")]
@@ -27,17 +29,35 @@ enum Command {
     /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
     Serve(ServeArgs),
     /// The NUMA silo plan: domains, CPUs, workers, NICs and disks, IRQ placement.
-    Topo(topology::TopoArgs),
+    Topo(topo::TopoArgs),
     /// One line per interval on the box's health: traffic, TCP, CPU, memory, and the
     /// server's own counters from its admin endpoint.
     Stat(stat::StatArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
-    Dim(dim_sim::DimArgs),
+    Dim(moderation_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
     /// `tune dim` runs the interrupt-moderation controller on a NIC.
     Tune(tune::TuneArgs),
     /// Play paced streaming sessions (or a closed loop) against a server; report QoE.
     Bench(bench::BenchArgs),
+    /// Replace a running server with the binary now installed at its path, without
+    /// losing a connection: sends it SIGUSR2 and waits until the new process serves
+    /// (exit 0, its pid printed) or the upgrade failed and the old one serves on.
+    Upgrade(UpgradeArgs),
+}
+
+#[derive(Args)]
+struct UpgradeArgs {
+    /// The server's pid file (`pid_file` in its configuration).
+    #[arg(long, value_name = "FILE", required_unless_present = "config", conflicts_with = "config")]
+    pid_file: Option<PathBuf>,
+    /// Read `pid_file` from the server's configuration file instead.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Longest wait for the outcome, in seconds (more than the server's
+    /// `timeouts.upgrade`).
+    #[arg(long, value_name = "S", default_value_t = 90)]
+    timeout: u64,
 }
 
 #[derive(Args)]
@@ -73,6 +93,18 @@ struct ServeArgs {
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     #[arg(long)]
     debug_headers: bool,
+    /// Append an access-log record per response to FILE (JSON lines; `[access_log]`
+    /// in the config file for the format and sampling).
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<PathBuf>,
+    /// Connections one client (address or prefix) may have open at once
+    /// (`client_limits.max_connections`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connections: Option<u32>,
+    /// New connections per second one client may open
+    /// (`client_limits.max_new_connections_per_second`); 0 = no limit.
+    #[arg(long, value_name = "N")]
+    max_client_connection_rate: Option<u32>,
     /// Log filter, e.g. `info`, `debug`, `linerate=trace`.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
@@ -89,10 +121,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Stat(args) => stat::run(args),
-        Command::Topo(args) => topology::run_topo(args),
-        Command::Dim(args) => dim_sim::run(args),
+        Command::Topo(args) => topo::run(args),
+        Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Upgrade(args) => upgrade(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -116,6 +149,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin: args.admin,
         no_admin: args.no_admin,
         debug_headers: args.debug_headers,
+        access_log: args.access_log,
+        max_client_connections: args.max_client_connections,
+        max_client_connection_rate: args.max_client_connection_rate,
     };
     let config = Config::load(args.config.as_deref(), &overrides)?;
     if args.check_config {
@@ -130,6 +166,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let result = server::run(config, opts);
     drop(demo);
     result
+}
+
+fn upgrade(args: UpgradeArgs) -> anyhow::Result<()> {
+    let pid_file = match (args.pid_file, &args.config) {
+        (Some(f), _) => f,
+        (None, Some(config)) => Config::from_file(config)?
+            .pid_file
+            .ok_or_else(|| anyhow::anyhow!("{} sets no `pid_file`", config.display()))?,
+        (None, None) => anyhow::bail!("give --pid-file FILE or --config FILE"),
+    };
+    let new = server::upgrade::request(&pid_file, std::time::Duration::from_secs(args.timeout))?;
+    println!("upgraded: the new process {new} serves; the old one drains its transfers");
+    Ok(())
 }
 
 fn init_logging(config: &Config) {

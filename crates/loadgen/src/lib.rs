@@ -28,7 +28,9 @@ mod exchange;
 mod plan;
 mod playback;
 mod report;
-mod response;
+/// Public for the fuzz target (`fuzz/fuzz_targets/response.rs`).
+#[doc(hidden)]
+pub mod response;
 mod session;
 mod stats;
 mod tls;

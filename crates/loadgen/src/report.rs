@@ -91,6 +91,8 @@ pub struct Summary {
     pub watch_s: f64,
     pub connections: u64,
     pub reconnects: u64,
+    /// Connections reset or refused by the server, retried or not.
+    pub resets: u64,
     pub verified_bytes: u64,
     pub client_cpu_s: f64,
     pub client_cpu_s_per_gb: f64,
@@ -128,6 +130,7 @@ impl Summary {
             watch_s,
             connections: stats.connections,
             reconnects: stats.reconnects,
+            resets: stats.resets,
             verified_bytes: stats.verified_bytes,
             client_cpu_s: cpu_s,
             client_cpu_s_per_gb: if gb > 0.0 { cpu_s / gb } else { 0.0 },

@@ -111,18 +111,23 @@ impl ResponseReader {
     /// Parses the head once complete. Returns how many bytes of `data` it used, or
     /// `None` if the head is still incomplete (the bytes are kept).
     fn read_head(&mut self, data: &[u8]) -> Result<Option<usize>, ResponseError> {
+        // At most one byte past the limit is parsed, however the head arrives, so
+        // that the answer never depends on where the reads split it.
+        let previously = self.head_buf.len();
+        let data = &data[..data.len().min((MAX_HEAD_BYTES + 1).saturating_sub(previously))];
         // Avoid the copy in the usual case: the whole head is in this chunk.
-        let (buf, previously) = if self.head_buf.is_empty() {
-            (data, 0)
+        let buf = if previously == 0 {
+            data
         } else {
-            let before = self.head_buf.len();
-            let room = (MAX_HEAD_BYTES + 1).saturating_sub(before);
-            self.head_buf.extend_from_slice(&data[..data.len().min(room)]);
-            (&self.head_buf[..], before)
+            self.head_buf.extend_from_slice(data);
+            &self.head_buf[..]
         };
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut fields);
         let len = match resp.parse(buf) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD_BYTES => {
+                return Err(ResponseError::Protocol("response head too large"))
+            }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => {
                 if buf.len() > MAX_HEAD_BYTES {
@@ -149,23 +154,20 @@ impl ResponseReader {
 fn interpret(resp: &httparse::Response<'_, '_>, expect: Expect) -> Result<Head, ResponseError> {
     let status = resp.code.ok_or(ResponseError::Protocol("no status code"))?;
     let mut content_length = None;
-    let mut content_range = None;
     let mut close = resp.version == Some(0);
     for f in resp.headers.iter() {
         if f.name.eq_ignore_ascii_case("content-length") {
-            let v = std::str::from_utf8(f.value).ok().and_then(|v| v.trim().parse::<u64>().ok());
+            let v = std::str::from_utf8(f.value).ok().and_then(|v| digits(v.trim_ascii()));
             let v = v.ok_or(ResponseError::Protocol("bad Content-Length"))?;
             if content_length.is_some_and(|c| c != v) {
                 return Err(ResponseError::Protocol("conflicting Content-Length fields"));
             }
             content_length = Some(v);
-        } else if f.name.eq_ignore_ascii_case("content-range") {
-            content_range = Some(f.value);
         } else if f.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(ResponseError::Protocol("Transfer-Encoding instead of Content-Length"));
         } else if f.name.eq_ignore_ascii_case("connection") {
             let v = String::from_utf8_lossy(f.value);
-            if v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")) {
+            if v.split(',').any(|t| t.trim_ascii().eq_ignore_ascii_case("close")) {
                 close = true;
             }
         }
@@ -187,8 +189,18 @@ fn interpret(resp: &httparse::Response<'_, '_>, expect: Expect) -> Result<Head, 
             if len != last - first + 1 {
                 return Err(ResponseError::Protocol("Content-Length differs from the requested range"));
             }
-            let range = content_range.ok_or(ResponseError::Protocol("206 without Content-Range"))?;
-            if parse_content_range(range) != Some((first, last)) {
+            // Every Content-Range field must state the range (a second one that
+            // differs is not overruled by the first).
+            let mut ranges = resp
+                .headers
+                .iter()
+                .filter(|f| f.name.eq_ignore_ascii_case("content-range"))
+                .map(|f| parse_content_range(f.value))
+                .peekable();
+            if ranges.peek().is_none() {
+                return Err(ResponseError::Protocol("206 without Content-Range"));
+            }
+            if !ranges.all(|r| r == Some((first, last))) {
                 return Err(ResponseError::Protocol("Content-Range differs from the requested range"));
             }
             Ok(Head { status, content_length: len, close })
@@ -196,13 +208,24 @@ fn interpret(resp: &httparse::Response<'_, '_>, expect: Expect) -> Result<Head, 
     }
 }
 
-/// `bytes FIRST-LAST/TOTAL` (or `/*`) → (FIRST, LAST).
+/// `bytes FIRST-LAST/COMPLETE` (or `/*`) → (FIRST, LAST), if valid: RFC 9110
+/// section 14.4 makes a range whose LAST is not below COMPLETE invalid, and its
+/// content must not be used.
 fn parse_content_range(v: &[u8]) -> Option<(u64, u64)> {
-    let v = std::str::from_utf8(v).ok()?.trim();
-    let rest = v.strip_prefix("bytes ")?;
-    let (span, _total) = rest.split_once('/')?;
-    let (a, b) = span.split_once('-')?;
-    Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    let v = std::str::from_utf8(v).ok()?.trim_ascii();
+    let (span, complete) = v.strip_prefix("bytes ")?.split_once('/')?;
+    let (first, last) = span.split_once('-')?;
+    let (first, last) = (digits(first)?, digits(last)?);
+    let valid = first <= last && (complete == "*" || digits(complete)? > last);
+    valid.then_some((first, last))
+}
+
+/// `1*DIGIT` as a number (`str::parse` would also take a sign).
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 #[cfg(test)]
@@ -295,5 +318,74 @@ mod tests {
             }
         }
         assert!(matches!(res, Err(ResponseError::Protocol(_))));
+    }
+
+    fn range_head(fields: &str) -> Result<Progress, ResponseError> {
+        let text = format!("HTTP/1.1 206 Partial Content\r\n{fields}\r\n0123456789");
+        read_all(&[text.as_bytes()], Expect::Range { first: 10, last: 19 }).0
+    }
+
+    /// A head over the limit was refused when it arrived in pieces but accepted
+    /// when it arrived in one read (and other heads got different errors).
+    #[test]
+    fn a_long_head_is_refused_however_it_arrives() {
+        let expect = Expect::Range { first: 10, last: 19 };
+        for extra in [0, 1, 2, 100] {
+            // Heads of MAX_HEAD_BYTES - 1, MAX_HEAD_BYTES, + 1 and + 99 bytes.
+            let pad = "a".repeat(MAX_HEAD_BYTES - (OK.len() - 10) - 10 + extra);
+            let mut text = b"HTTP/1.1 206 Partial Content\r\nX-Pad: ".to_vec();
+            text.extend_from_slice(pad.as_bytes());
+            text.extend_from_slice(b"\r\n");
+            text.extend_from_slice(&OK[30..]);
+            let head_len = text.len() - 10;
+            assert_eq!(head_len, MAX_HEAD_BYTES - 1 + extra);
+            let whole = read_all(&[&text], expect);
+            for cut in [1, 100, MAX_HEAD_BYTES, head_len - 1, head_len, text.len() - 1] {
+                assert_eq!(read_all(&[&text[..cut], &text[cut..]], expect), whole, "cut at {cut}");
+            }
+            if head_len <= MAX_HEAD_BYTES {
+                assert_eq!(whole, (Ok(Progress::Done), b"0123456789".to_vec()), "{head_len} bytes");
+            } else {
+                assert_eq!(whole.0, Err(ResponseError::Protocol("response head too large")), "{head_len} bytes");
+            }
+        }
+    }
+
+    /// RFC 9110 section 14.4: a Content-Range whose last position is not below the
+    /// complete length is invalid.
+    #[test]
+    fn content_range_past_the_complete_length_is_refused() {
+        for (range, ok) in
+            [("10-19/100", true), ("10-19/20", true), ("10-19/*", true), ("10-19/19", false), ("10-19/5", false)]
+        {
+            let r = range_head(&format!("Content-Range: bytes {range}\r\nContent-Length: 10\r\n"));
+            assert_eq!(r.is_ok(), ok, "{range}: {r:?}");
+        }
+    }
+
+    /// The last of several Content-Range fields used to decide alone.
+    #[test]
+    fn a_second_content_range_must_agree() {
+        let r =
+            range_head("Content-Range: #bytes 10-19/100\r\nContent-Range: bytes 10-19/100\r\nContent-Length: 10\r\n");
+        assert!(matches!(r, Err(ResponseError::Protocol(_))), "{r:?}");
+        let r = range_head("Content-Range: bytes 10-19/100\r\nContent-Range: bytes 10-19/*\r\nContent-Length: 10\r\n");
+        assert_eq!(r, Ok(Progress::Done));
+    }
+
+    /// Numbers are `1*DIGIT`, with only spaces and tabs around the field value:
+    /// `str::parse` took `+10`, and `str::trim` took away a no-break space.
+    #[test]
+    fn content_length_and_range_are_digits_only() {
+        for fields in [
+            "Content-Range: bytes 10-19/100\r\nContent-Length: +10\r\n",
+            "Content-Range: bytes +10-19/100\r\nContent-Length: 10\r\n",
+            "Content-Range: bytes 10- 19/100\r\nContent-Length: 10\r\n",
+            "Content-Range: bytes 10-19/+100\r\nContent-Length: 10\r\n",
+            "Content-Range: bytes 10-19/100\r\nContent-Length: \u{a0}10\r\n",
+        ] {
+            assert!(matches!(range_head(fields), Err(ResponseError::Protocol(_))), "{fields:?}");
+        }
+        assert_eq!(range_head("Content-Range:\tbytes 10-19/0100 \r\nContent-Length: 010\t\r\n"), Ok(Progress::Done));
     }
 }

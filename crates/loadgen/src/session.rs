@@ -207,7 +207,12 @@ impl Session {
                 ctx.stats.borrow_mut().connections += 1;
                 match timeout_at(limit.into(), Conn::open(origin.addr, origin.tls.as_ref())).await {
                     Ok(Ok(c)) => self.conn = Some((t.origin, c)),
-                    Ok(Err(e)) => return Err(self.fail(ErrorKind::Connect, || connect_detail(&origin.label, &e))),
+                    Ok(Err(e)) => {
+                        if let ConnectError::Io(io) = &e {
+                            count_reset(&ctx, io);
+                        }
+                        return Err(self.fail(ErrorKind::Connect, || connect_detail(&origin.label, &e)));
+                    }
                     Err(_) if Instant::now() >= plan.end => return Err(Stop::Ended),
                     Err(_) => {
                         let l = &origin.label;
@@ -231,6 +236,9 @@ impl Session {
             .await;
             let now = Instant::now();
             let url = &t.url;
+            if let Ok(Err(ExchangeError::Io(e))) = &result {
+                count_reset(&ctx, e);
+            }
             let kind = match result {
                 Ok(Ok(head)) => {
                     if head.close {
@@ -286,6 +294,14 @@ impl Session {
     fn fail(&self, kind: ErrorKind, detail: impl FnOnce() -> String) -> Stop {
         self.ctx.error(kind, detail);
         Stop::Failed
+    }
+}
+
+/// Counts a connection the server reset or refused.
+fn count_reset(ctx: &WorkerCtx, e: &std::io::Error) {
+    use std::io::ErrorKind as K;
+    if matches!(e.kind(), K::ConnectionReset | K::ConnectionAborted | K::ConnectionRefused) {
+        ctx.stats.borrow_mut().resets += 1;
     }
 }
 

@@ -69,6 +69,9 @@ pub struct WorkerStats {
     /// Requests retried once on a new connection because a kept-alive one had been
     /// closed by the server before the request arrived (not an error).
     pub reconnects: u64,
+    /// Connections reset or refused by the server (ECONNRESET, ECONNABORTED,
+    /// ECONNREFUSED), whether or not the request was then retried.
+    pub resets: u64,
     pub timeline: Vec<Bucket>,
     pub first_failure: Option<String>,
 }
@@ -91,6 +94,7 @@ impl WorkerStats {
             plays_not_started: 0,
             connections: 0,
             reconnects: 0,
+            resets: 0,
             timeline: vec![Bucket::default(); seconds.max(1)],
             first_failure: None,
         }
@@ -133,6 +137,7 @@ impl WorkerStats {
         self.plays_not_started += other.plays_not_started;
         self.connections += other.connections;
         self.reconnects += other.reconnects;
+        self.resets += other.resets;
         if self.timeline.len() < other.timeline.len() {
             self.timeline.resize(other.timeline.len(), Bucket::default());
         }

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod signed;
+
 /// An invalid configuration: where, which key, what is wrong.
 #[derive(Debug)]
 pub struct ConfigError {
@@ -59,7 +61,13 @@ pub struct Config {
     pub cors_allow_origin: String,
     /// Add `X-Linerate-Worker: <worker> cpu=<cpu> node=<node>` to every response.
     pub debug_headers: bool,
+    /// File the server writes its pid to once it serves (and a new binary after an
+    /// upgrade); none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_file: Option<PathBuf>,
     pub limits: Limits,
+    /// Limits per client address or prefix (`[client_limits]`).
+    pub client_limits: ClientLimits,
     pub timeouts: Timeouts,
     pub open_file_cache: OpenFileCache,
     pub tls: Tls,
@@ -70,14 +78,27 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: crate::tune::moderation::DimConfig,
+    pub dim: ModerationConfig,
     pub log: Log,
+    /// One record per response, written off the workers (`[access_log]`).
+    pub access_log: AccessLog,
     /// Extra or overriding media types by file extension.
     pub mime: BTreeMap<String, String>,
+    /// Signed-URL rules by path prefix (`[[signed]]`, see docs/SIGNED-URLS.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signed: Vec<SignedRule>,
 }
 
 /// Where plain HTTP listens when no address at all is configured.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The largest integer any key accepts: TOML integers are signed 64-bit, and a
+/// larger value (which the parser takes for an unsigned key) could not be printed
+/// back (`--check-config`).
+pub const MAX_INTEGER: u64 = i64::MAX as u64;
+
+/// Most open files a worker's cache may keep: it allocates room for all of them.
+pub const MAX_OPEN_FILE_CACHE_ENTRIES: usize = 1 << 20;
 
 /// The longest duration any key accepts (timeouts, intervals): longer values are
 /// mistakes, and far longer ones would overflow the clock they are added to.
@@ -96,7 +117,9 @@ impl Default for Config {
             cache_control: String::new(),
             cors_allow_origin: String::new(),
             debug_headers: false,
+            pid_file: None,
             limits: Limits::default(),
+            client_limits: ClientLimits::default(),
             timeouts: Timeouts::default(),
             open_file_cache: OpenFileCache::default(),
             tls: Tls::default(),
@@ -107,7 +130,9 @@ impl Default for Config {
             fill: Fill::default(),
             dim: Default::default(),
             log: Log::default(),
+            access_log: AccessLog::default(),
             mime: BTreeMap::new(),
+            signed: Vec::new(),
         }
     }
 }
@@ -144,6 +169,43 @@ impl Default for Limits {
     }
 }
 
+/// Limits per client: connections at once and new connections per second per
+/// address or prefix, and the lowest average rate a response may be sent at.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientLimits {
+    /// Connections open at once per client prefix; 0 = no limit.
+    pub max_connections: u32,
+    /// Leading bits of an IPv4 address that name a client (32: each address).
+    pub ipv4_prefix: u8,
+    /// Leading bits of an IPv6 address that name a client (64: each /64).
+    pub ipv6_prefix: u8,
+    /// New connections per second per client prefix (token bucket); 0 = no limit.
+    pub max_new_connections_per_second: u32,
+    /// New connections a client may open at once before the rate applies.
+    pub new_connections_burst: u32,
+    /// Lowest average rate (bytes per second) a response may be sent at once
+    /// `min_send_rate_after` has passed; 0 = no minimum.
+    pub min_send_rate: u64,
+    /// How long a response may take before its average rate is checked.
+    #[serde(with = "humantime_serde")]
+    pub min_send_rate_after: Duration,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            max_connections: 256,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            max_new_connections_per_second: 100,
+            new_connections_burst: 200,
+            min_send_rate: 4096,
+            min_send_rate_after: Duration::from_secs(20),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
@@ -159,6 +221,10 @@ pub struct Timeouts {
     /// On SIGTERM/SIGINT, how long in-flight responses may take to finish.
     #[serde(with = "humantime_serde")]
     pub drain: Duration,
+    /// At a binary upgrade, how long the new process may take to start serving
+    /// before it is stopped and the running one carries on.
+    #[serde(with = "humantime_serde")]
+    pub upgrade: Duration,
 }
 
 impl Default for Timeouts {
@@ -168,6 +234,7 @@ impl Default for Timeouts {
             keepalive: Duration::from_secs(60),
             send: Duration::from_secs(60),
             drain: Duration::from_secs(30),
+            upgrade: Duration::from_secs(60),
         }
     }
 }
@@ -400,6 +467,30 @@ impl Default for Fill {
     }
 }
 
+/// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
+/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModerationConfig {
+    /// Interfaces to drive; empty = off.
+    pub interfaces: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    pub max_writes_per_sec: f64,
+    pub take_over: bool,
+}
+
+impl Default for ModerationConfig {
+    fn default() -> ModerationConfig {
+        ModerationConfig {
+            interfaces: Vec::new(),
+            interval: Duration::from_millis(100),
+            max_writes_per_sec: 10.0,
+            take_over: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -422,6 +513,139 @@ impl Default for Log {
     }
 }
 
+/// How requests under a signed-URL rule's prefix are checked.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SignedMode {
+    /// nginx `secure_link` compatible MD5 links.
+    SecureLink,
+    /// HMAC-SHA256 tokens with a path ACL.
+    Token,
+    /// No signature needed (a prefix opened inside a signed one).
+    Open,
+}
+
+/// One `[[signed]]` rule. Keys that do not apply to its mode are refused; absent
+/// ones take the defaults in docs/CONFIG.md.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedRule {
+    /// The decoded path prefix the rule covers, on segment boundaries.
+    pub prefix: String,
+    pub mode: SignedMode,
+    /// Keys valid at once (rotation); `secure_link` puts each in `$secret`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<SignedKey>,
+    /// `secure_link`: the `secure_link_md5` expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+    /// `secure_link`: the query argument holding the hash (`md5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_arg: Option<String>,
+    /// `secure_link`: the query argument holding the expiry (`expires`); empty: links
+    /// never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_arg: Option<String>,
+    /// `token`: the query argument carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_arg: Option<String>,
+    /// `token`: the cookie carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+    /// `token`: refuse tokens that are not bound to a client address (`ip=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_client_address: Option<bool>,
+    /// `token`: clock difference with the signers tolerated on `st` and `exp`.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub leeway: Option<Duration>,
+}
+
+/// A signing key: an id and a secret, given inline or in a file of its own.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedKey {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+    /// A file whose contents (less one trailing newline) are the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "SecretEncoding::is_text")]
+    pub encoding: SecretEncoding,
+}
+
+/// How a secret's text becomes its bytes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEncoding {
+    /// The bytes of the text.
+    #[default]
+    Text,
+    /// Hex digits, two per byte (as EdgeAuth keys are written).
+    Hex,
+}
+
+impl SecretEncoding {
+    fn is_text(&self) -> bool {
+        *self == SecretEncoding::Text
+    }
+}
+
+/// A secret written in the configuration. Never shown: `Debug` and the printed
+/// configuration (`--check-config`) say `<redacted>`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+/// What a [`Secret`] prints as.
+pub const REDACTED: &str = "<redacted>";
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(REDACTED)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// nginx's `combined` format, so pipelines that parse it read it unchanged.
+    Combined,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// The file records are appended to; unset or `"off"`: no access log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+    /// Log one response in this many (1: every response).
+    pub sample: u64,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog { path: None, format: AccessLogFormat::Json, sample: 1 }
+    }
+}
+
+impl AccessLog {
+    /// The file to write, or None when logging is off.
+    pub fn file(&self) -> Option<&Path> {
+        self.path.as_deref().filter(|p| *p != Path::new("off"))
+    }
+}
+
 /// Values given on the command line; each replaces the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -435,6 +659,9 @@ pub struct Overrides {
     pub admin: Option<SocketAddr>,
     pub no_admin: bool,
     pub debug_headers: bool,
+    pub access_log: Option<PathBuf>,
+    pub max_client_connections: Option<u32>,
+    pub max_client_connection_rate: Option<u32>,
 }
 
 impl Config {
@@ -495,6 +722,15 @@ impl Config {
         if overrides.debug_headers {
             config.debug_headers = true;
         }
+        if let Some(path) = &overrides.access_log {
+            config.access_log.path = Some(path.clone());
+        }
+        if let Some(n) = overrides.max_client_connections {
+            config.client_limits.max_connections = n;
+        }
+        if let Some(n) = overrides.max_client_connection_rate {
+            config.client_limits.max_new_connections_per_second = n;
+        }
         if config.listen.is_empty() && config.tls_listen.is_empty() {
             config.listen = vec![DEFAULT_LISTEN.parse().expect("valid default address")];
         }
@@ -518,7 +754,8 @@ impl Config {
                 return bad("root", "no content root: set `root` in the config file or pass --root DIR (or --demo)")
             }
             Some(root) if !root.is_dir() => {
-                return bad("root", format!("{} is not a readable directory", root.display()))
+                // Quoted: the path may hold a newline or control characters.
+                return bad("root", format!("{root:?} is not a readable directory"));
             }
             Some(_) => {}
         }
@@ -567,12 +804,33 @@ impl Config {
         range("limits.max_head_bytes", l.max_head_bytes, 1024, 1024 * 1024)?;
         range("limits.max_uri_bytes", l.max_uri_bytes, 64, l.max_head_bytes)?;
         range("limits.max_headers", l.max_headers, 1, linerate_http::request::MAX_HEADERS_CAP)?;
+        range("limits.max_request_body_bytes", l.max_request_body_bytes, 0, MAX_INTEGER)?;
         range("limits.max_ranges", l.max_ranges, 0, 64)?;
         range("limits.max_connections_per_worker", l.max_connections_per_worker, 0, 1 << 20)?;
+        range("limits.max_requests_per_connection", l.max_requests_per_connection, 0, MAX_INTEGER)?;
         range("limits.listen_backlog", l.listen_backlog, 1, 1 << 20)?;
+        let c = &self.client_limits;
+        range("client_limits.max_connections", c.max_connections, 0, 1 << 24)?;
+        range("client_limits.ipv4_prefix", c.ipv4_prefix, 1, 32)?;
+        range("client_limits.ipv6_prefix", c.ipv6_prefix, 1, 128)?;
+        range("client_limits.max_new_connections_per_second", c.max_new_connections_per_second, 0, 1 << 24)?;
+        if c.max_new_connections_per_second > 0 {
+            range("client_limits.new_connections_burst", c.new_connections_burst, 1, 1 << 24)?;
+        }
+        range("client_limits.min_send_rate", c.min_send_rate, 0, 1 << 40)?;
+        if c.min_send_rate > 0 && c.min_send_rate_after < Duration::from_millis(100) {
+            return bad("client_limits.min_send_rate_after", "must be at least 100ms");
+        }
+        range("open_file_cache.entries", self.open_file_cache.entries, 0, MAX_OPEN_FILE_CACHE_ENTRIES)?;
+        range("tcp.max_pacing_rate_mbps", self.tcp.max_pacing_rate_mbps, 0, MAX_INTEGER)?;
+        range("admin.capacity_connections", self.admin.capacity_connections, 0, MAX_INTEGER)?;
         let t = &self.timeouts;
-        for (key, d) in [("timeouts.header", t.header), ("timeouts.keepalive", t.keepalive), ("timeouts.send", t.send)]
-        {
+        for (key, d) in [
+            ("timeouts.header", t.header),
+            ("timeouts.keepalive", t.keepalive),
+            ("timeouts.send", t.send),
+            ("timeouts.upgrade", t.upgrade),
+        ] {
             if d.is_zero() {
                 return bad(key, "must be longer than 0s");
             }
@@ -584,6 +842,8 @@ impl Config {
             ("timeouts.keepalive", t.keepalive),
             ("timeouts.send", t.send),
             ("timeouts.drain", t.drain),
+            ("timeouts.upgrade", t.upgrade),
+            ("client_limits.min_send_rate_after", c.min_send_rate_after),
             ("stats.tcp_info_interval", self.stats.tcp_info_interval),
             ("dim.interval", self.dim.interval),
         ] {
@@ -626,6 +886,12 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
+        range("access_log.sample", self.access_log.sample, 1, 1 << 32)?;
+        if let Some(path) = self.access_log.file() {
+            if path.as_os_str().is_empty() || path.is_dir() {
+                return bad("access_log.path", format!("{:?} is not a file path (or \"off\")", path.display()));
+            }
+        }
         if self.dim.interval < Duration::from_millis(10) {
             return bad("dim.interval", "must be at least 10ms");
         }
@@ -641,12 +907,22 @@ impl Config {
         if self.admin.enabled && all.contains(&&self.admin.listen) && self.admin.listen.port() != 0 {
             return bad("admin.listen", format!("{} is also a serving address", self.admin.listen));
         }
+        if self.pid_file.as_ref().is_some_and(|p| p.as_os_str().is_empty() || p.file_name().is_none()) {
+            return bad("pid_file", "must name a file");
+        }
+        // tracing-subscriber (0.3.20 and later) trims each comma-separated directive
+        // but slices the untrimmed text, and panics on a directive that starts with
+        // whitespace before a non-ASCII character; it never reads them right anyway.
+        if self.log.level.split(',').any(|d| d.starts_with(char::is_whitespace)) {
+            return bad("log.level", "directives are separated by commas without spaces, like `linerate=debug,warn`");
+        }
         if tracing_subscriber::EnvFilter::builder().parse(&self.log.level).is_err() {
             return bad(
                 "log.level",
                 format!("{:?} is not a log filter like `info` or `linerate=debug`", self.log.level),
             );
         }
+        signed::rules(&self.signed)?;
         Ok(())
     }
 
@@ -751,6 +1027,28 @@ mod tests {
                 Config { timeouts: Timeouts { send: Duration::ZERO, ..Timeouts::default() }, ..base.clone() },
                 "timeouts.send",
             ),
+            (
+                Config { client_limits: ClientLimits { ipv4_prefix: 33, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv4_prefix",
+            ),
+            (
+                Config { client_limits: ClientLimits { ipv6_prefix: 0, ..ClientLimits::default() }, ..base.clone() },
+                "client_limits.ipv6_prefix",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { new_connections_burst: 0, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.new_connections_burst",
+            ),
+            (
+                Config {
+                    client_limits: ClientLimits { min_send_rate_after: Duration::ZERO, ..ClientLimits::default() },
+                    ..base.clone()
+                },
+                "client_limits.min_send_rate_after",
+            ),
             (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
             (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
         ];
@@ -769,6 +1067,8 @@ mod tests {
             "timeouts.keepalive",
             "timeouts.send",
             "timeouts.drain",
+            "timeouts.upgrade",
+            "client_limits.min_send_rate_after",
             "stats.tcp_info_interval",
             "dim.interval",
         ] {
@@ -783,6 +1083,14 @@ mod tests {
             let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = \"1day\"\n");
             assert!(Config::from_toml(&text).unwrap().validate().is_ok(), "{key} = 1day");
         }
+    }
+
+    #[test]
+    fn dim_section_parses() {
+        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        assert_eq!(c.interval, Duration::from_millis(250));
+        assert_eq!(c.max_writes_per_sec, 10.0);
+        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
     }
 
     #[test]
@@ -814,5 +1122,82 @@ mod tests {
         let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The parser takes integers past i64::MAX for unsigned keys, but TOML cannot
+    /// print them: `--check-config` printed a comment instead of the configuration.
+    #[test]
+    fn integers_past_toml_range_are_refused() {
+        let dir = std::env::temp_dir();
+        for key in [
+            "limits.max_request_body_bytes",
+            "limits.max_requests_per_connection",
+            "tcp.max_pacing_rate_mbps",
+            "admin.capacity_connections",
+        ] {
+            let (section, name) = key.split_once('.').unwrap();
+            let text = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[{section}]\n{name} = {MAX_INTEGER}\n");
+            let c = Config::from_toml(&text).unwrap();
+            assert!(c.validate().is_ok(), "{key}");
+            assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c, "{key}");
+            let text = text.replace(&MAX_INTEGER.to_string(), &(MAX_INTEGER + 1).to_string());
+            let c = Config::from_toml(&text).unwrap_or_else(|e| panic!("{key}: {e:?}"));
+            assert_eq!(c.validate().unwrap_err().0, key);
+        }
+    }
+
+    /// Each worker's open-file cache allocates room for `entries` files at start:
+    /// an unbounded value made that allocation fail (or `entries × workers` overflow).
+    #[test]
+    fn open_file_cache_entries_is_bounded() {
+        let dir = std::env::temp_dir();
+        let c = |entries: usize| Config {
+            root: Some(dir.clone()),
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            open_file_cache: OpenFileCache { entries, ..OpenFileCache::default() },
+            ..Config::default()
+        };
+        assert!(c(MAX_OPEN_FILE_CACHE_ENTRIES).validate().is_ok());
+        assert_eq!(c(MAX_OPEN_FILE_CACHE_ENTRIES + 1).validate().unwrap_err().0, "open_file_cache.entries");
+        assert_eq!(c(usize::MAX).validate().unwrap_err().0, "open_file_cache.entries");
+    }
+
+    /// tracing-subscriber's directive parser trims a directive but slices the
+    /// untrimmed text, so a directive after `, ` with a non-ASCII character panicked
+    /// validation: at start, or on a reload, in the running server's supervisor.
+    #[test]
+    fn log_level_with_a_space_after_a_comma_is_refused_not_a_panic() {
+        let dir = std::env::temp_dir();
+        for level in [" é=info", "info, é=debug", "info,\u{a0}linerate=debug", "warn, linerate=debug", " "] {
+            let c = Config {
+                root: Some(dir.clone()),
+                listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+                log: Log { level: level.into(), ..Log::default() },
+                ..Config::default()
+            };
+            let (key, problem) = c.validate().unwrap_err();
+            assert_eq!(key, "log.level", "{level:?}");
+            assert!(problem.contains("without spaces"), "{problem}");
+        }
+        for level in ["info", "linerate=debug,warn", "info,é=debug", "", "debug "] {
+            let c = Config {
+                root: Some(dir.clone()),
+                log: Log { level: level.into(), ..Log::default() },
+                ..Config::default()
+            };
+            let c = Config { listen: vec![DEFAULT_LISTEN.parse().unwrap()], ..c };
+            assert!(c.validate().is_ok(), "{level:?}");
+        }
+    }
+
+    /// The error for a missing root printed the path as it was, so a path with a
+    /// newline split the message (a log line) in two.
+    #[test]
+    fn a_bad_root_is_reported_on_one_line() {
+        let c = Config { root: Some("/no\nsuch\r\u{1b}[2J".into()), ..Config::default() };
+        let (key, problem) = c.validate().unwrap_err();
+        assert_eq!(key, "root");
+        assert!(!problem.contains(|c: char| c.is_control()), "{problem:?}");
+        assert!(problem.contains("no\\nsuch"), "{problem}");
     }
 }

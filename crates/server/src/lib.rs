@@ -5,10 +5,10 @@
 
 mod admin;
 pub mod config;
+mod counters;
 pub mod demo;
 pub mod procfs;
 pub mod server;
-mod stats;
 pub mod sysfs;
 pub mod tls;
 pub mod topology;

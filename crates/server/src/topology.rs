@@ -14,6 +14,8 @@
 //! listener's position in each `SO_REUSEPORT` group, which the steering program
 //! (`server::steering`) relies on.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::config::{Numa, Steering};
@@ -307,52 +309,20 @@ impl Plan {
     }
 }
 
-/// `linerate topo`: the silo plan the server would use.
-#[derive(clap::Args, Debug)]
-pub struct TopoArgs {
-    /// The configuration whose `[numa]` section and `workers` apply.
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
-    /// Worker count, as `serve --workers`.
-    #[arg(long, value_name = "N")]
-    workers: Option<usize>,
-    /// One JSON object instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Read sysfs and procfs under this directory instead of / (fixture trees).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    sysroot: std::path::PathBuf,
-}
-
-pub fn run_topo(args: TopoArgs) -> anyhow::Result<()> {
-    let config = match &args.config {
-        Some(path) => crate::config::Config::from_file(path)?,
-        None => crate::config::Config::default(),
-    };
-    let workers = args.workers.unwrap_or(config.workers);
-    let allowed: Vec<u32> = if args.sysroot == std::path::Path::new("/") {
+/// `linerate topo`: the machine the server would see and the silo plan it would use
+/// with `config` and `workers`, read from the sysfs and procfs trees under `sysroot`
+/// (`/`: this host, restricted to the CPUs the process may run on; anything else: a
+/// fixture tree, every CPU it lists).
+pub fn plan_for(config: &crate::config::Config, workers: usize, sysroot: &Path) -> anyhow::Result<(Topology, Plan)> {
+    let allowed: Vec<u32> = if sysroot == Path::new("/") {
         linerate_sys::allowed_cpus()?.into_iter().map(|c| c as u32).collect()
     } else {
         // A fixture tree: every CPU it lists.
-        Host::new(&args.sysroot).nodes().into_iter().flat_map(|(_, cpus)| cpus).collect()
+        Host::new(sysroot).nodes().into_iter().flat_map(|(_, cpus)| cpus).collect()
     };
-    let topo = Topology::discover(&Host::new(&args.sysroot), &allowed, &config.numa);
+    let topo = Topology::discover(&Host::new(sysroot), &allowed, &config.numa);
     let plan = Plan::new(&topo, workers, &config.numa);
-    if args.json {
-        let v = serde_json::json!({
-            "domains": plan.domains,
-            "steering": plan.steering,
-            "workers": plan.workers,
-            "nodes": topo.nodes,
-            "nics": topo.nics,
-            "disks": topo.disks,
-            "warnings": plan.warnings,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", plan.render_text(&topo));
-    }
-    Ok(())
+    Ok((topo, plan))
 }
 
 #[cfg(test)]

@@ -35,12 +35,14 @@
 //! without blocking, fadvise), [`tcp`] (TCP_INFO, SO_INCOMING_CPU,
 //! per-socket TCP settings), [`reuseport`]
 //! (steering connections with classic BPF), [`ethtool`] (NIC
-//! coalescing, stats, features), [`clock`] (clock ticks).
+//! coalescing, stats, features), [`clock`] (clock ticks), [`inherit`] (descriptors
+//! handed to a new binary at an upgrade, and taken over in it; signals).
 
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
 
 pub mod clock;
 pub mod ethtool;
+pub mod inherit;
 pub mod ktls;
 pub mod numa;
 pub mod pagecache;

@@ -84,6 +84,14 @@ pub fn set_max_pacing_rate(sock: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Resu
     }
 }
 
+/// Makes the socket's close abortive (`SO_LINGER` on with a zero timeout): closing
+/// it drops whatever is still queued and sends a reset, instead of delivering the
+/// queued bytes first. For a client that is cut for reading too slowly, whose queue
+/// would otherwise keep the memory, and the connection, for as long as it takes.
+pub fn set_abortive_close(sock: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(sockopt::set_socket_linger(sock, Some(std::time::Duration::ZERO))?)
+}
+
 /// Limits unsent data queued in the socket (`TCP_NOTSENT_LOWAT`): the socket reports
 /// writable only when less than this is waiting, so a slow client holds less memory.
 pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {

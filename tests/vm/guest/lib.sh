@@ -167,6 +167,97 @@ fetch_one() {
     fi
 }
 
+# split_responses STREAM METHOD...: STREAM holds every byte read from one
+# connection; splits it into one response per METHOD (the methods of the requests
+# written on that connection, in order). Each response must start exactly where the
+# previous one ended, with an HTTP/1.1 status line; a response to HEAD has no body
+# whatever its Content-Length says, one to GET exactly Content-Length bytes (none
+# for 1xx, 204 and 304), and no byte may follow the last response. So a HEAD
+# answered with body bytes, a body a byte too long or too short, a missing response
+# or a left-over byte fails here. For response N (from 1) it leaves the head as
+# received in /tmp/resp.N.head and sets RESP_STATUS_N, RESP_AT_N and RESP_LEN_N (the
+# body's offset and length in STREAM); see resp_field and resp_body.
+split_responses() {
+    local stream=$1 at=0 n=0 size method meta hl status cl len
+    shift
+    size=$(file_size "$stream")
+    for method in "$@"; do
+        n=$((n + 1))
+        [ "$at" -lt "$size" ] ||
+            fail "$stream: no response $n (to $method): its $size bytes hold $((n - 1)) responses"
+        dd if="$stream" of=/tmp/resp.chunk bs=16384 iflag=skip_bytes,count_bytes skip="$at" count=16384 2>/dev/null
+        # "HEAD_BYTES STATUS CONTENT_LENGTH" ("-" when absent). A head is ASCII, and
+        # awk stops at its empty line, before any body byte.
+        meta=$(awk -v out="/tmp/resp.$n.head" '
+            NR == 1 && !/^HTTP\/1\.1 [1-5][0-9][0-9] [^\r]*\r$/ { exit 1 }
+            NR == 1 { status = $2 }
+            { bytes += length($0) + 1; print > out }
+            tolower($0) ~ /^content-length: *[0-9]+\r$/ { cl = $0; sub(/^[^:]*: */, "", cl); sub(/\r$/, "", cl) }
+            /^\r$/ { printf "%d %s %s\n", bytes, status, cl == "" ? "-" : cl; done = 1; exit }
+            END { if (!done) exit 1 }' /tmp/resp.chunk) ||
+            fail "$stream: no HTTP/1.1 response head at byte $at (response $n, to $method): '$(head -c 100 /tmp/resp.chunk | tr -c '[:print:]' .)'"
+        hl=${meta%% *}
+        status=${meta#* }
+        cl=${status#* }
+        status=${status%% *}
+        case $method:$status in
+        HEAD:* | *:1?? | *:204 | *:304) len=0 ;;
+        *)
+            [ "$cl" != - ] || fail "$stream: response $n ($status to $method) has no Content-Length"
+            len=$cl
+            ;;
+        esac
+        eval "RESP_STATUS_$n=$status RESP_AT_$n=$((at + hl)) RESP_LEN_$n=$len"
+        at=$((at + hl + len))
+        [ "$at" -le "$size" ] ||
+            fail "$stream: response $n ($status to $method) is cut short: its body would end at byte $at, the stream ends at $size"
+    done
+    [ "$at" = "$size" ] ||
+        fail "$stream: $((size - at)) bytes follow the last of $n responses: '$(dd if="$stream" bs=100 iflag=skip_bytes skip="$at" count=1 2>/dev/null | tr -c '[:print:]' .)'"
+}
+
+# head_field FILE NAME: the value of field NAME (any case) in the response head in
+# FILE (CRLFs as received); empty when absent.
+head_field() {
+    awk -v k="$2" 'BEGIN { k = tolower(k) ":" } { sub(/\r$/, "") }
+        tolower(substr($0, 1, length(k))) == k { v = substr($0, length(k) + 1); sub(/^[ \t]*/, "", v); print v; exit }' "$1"
+}
+
+# resp_field N NAME: head_field of response N of the last split_responses.
+resp_field() { head_field "/tmp/resp.$1.head" "$2"; }
+
+# resp_body N STREAM: the body of response N of STREAM (after split_responses), to stdout.
+resp_body() {
+    local at len
+    eval "at=\$RESP_AT_$1 len=\$RESP_LEN_$1"
+    dd if="$2" bs=65536 iflag=skip_bytes,count_bytes skip="$at" count="$len" 2>/dev/null
+}
+
+# check_parts BODY FILE BOUNDARY RANGE...: BODY is a multipart/byteranges body with
+# BOUNDARY whose parts must be exactly the RANGEs (FIRST-LAST) of FILE, in order,
+# each with FILE's bytes, followed by the closing delimiter. A part's head ends with
+# its Content-Range field and an empty line.
+check_parts() {
+    local body=$1 file=$2 boundary=$3 size r got want start spec first last
+    shift 3
+    size=$(file_size "$file")
+    strings -t d -n 20 "$body" | grep 'Content-Range: bytes ' >/tmp/parts || true
+    want=""
+    for r in "$@"; do want="$want $r/$size"; done
+    got=$(awk '{ printf " %s", $4 }' /tmp/parts)
+    expect_eq "parts of the multipart body" "$got" "$want"
+    while read -r start spec; do
+        first=${spec%-*} last=${spec#*-}
+        expect_eq "sha256 of part $spec" \
+            "$(dd if="$body" bs=65536 iflag=skip_bytes,count_bytes skip="$start" count=$((last - first + 1)) 2>/dev/null |
+                sha256sum | cut -d' ' -f1)" "$(sha_range "$file" "$first" "$last")"
+    done <<EOF
+$(awk '{ split($4, r, "/"); print $1 + length($2 " " $3 " " $4) + 4, r[1] }' /tmp/parts)
+EOF
+    expect_eq "end of the multipart body" "$(tail -c $((${#boundary} + 8)) "$body" | tr '\r\n' '<>')" \
+        "<>--$boundary--<>"
+}
+
 # stop_pid PID: TERM, then wait (5 s at most) for it to go.
 stop_pid() {
     local i=0

@@ -14,6 +14,17 @@ pub mod tls;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
+/// Every test client comes from 127.0.0.1, and some tests open hundreds of
+/// connections in a burst: the per-client limits are raised far above that (the
+/// table is still used), unless the test sets them itself on the command line.
+/// The limits' own tests start the server with `Server::spawn`.
+fn loopback_client_limits(args: &[&str]) -> Vec<&'static str> {
+    if args.contains(&"--max-client-connections") || args.contains(&"--max-client-connection-rate") {
+        return Vec::new();
+    }
+    vec!["--max-client-connections", "1000000", "--max-client-connection-rate", "1000000"]
+}
+
 /// A running `linerate serve`.
 pub struct Server {
     pub child: Child,
@@ -43,6 +54,7 @@ impl Server {
         if !args.contains(&"--admin") && !args.contains(&"--no-admin") {
             cmd.args(["--admin", "127.0.0.1:0"]);
         }
+        cmd.args(loopback_client_limits(args));
         cmd.args(args);
         adjust(&mut cmd);
         Server::spawn(cmd)
@@ -54,10 +66,12 @@ impl Server {
         let mut cmd = tool(wrapper[0]);
         cmd.args(&wrapper[1..])
             .args(["--", BIN, "serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(loopback_client_limits(args))
             .args(args);
         Server::spawn(cmd)
     }
 
+    /// Starts `linerate serve <args>` exactly as given (nothing added but the pipes).
     pub fn spawn(mut cmd: Command) -> Server {
         let listens = cmd.get_args().filter(|a| *a == "--listen" || *a == "--tls-listen").count().max(1);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use linerate_http::Status;
+use linerate_urlauth::Verdict;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, Histogram, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, Histogram, Refusal, TransportKind, WorkerCounters};
 
 pub fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
@@ -190,6 +191,64 @@ impl Collector for Workers {
             ErrorKind::ALL.iter().zip(&kinds).map(|(k, l)| (&l[..], s.total(|w| w.errors_of(*k)))).collect();
         counter(&mut e, "linerate_errors", "Failed requests and connections, by kind.", &errors)?;
 
+        let results: Vec<[(&str, &str); 1]> = Verdict::LABELS.iter().map(|l| [("result", *l)]).collect();
+        let signed: Vec<(&[(&str, &str)], u64)> =
+            results.iter().enumerate().map(|(i, l)| (&l[..], s.total(|w| w.signed[i].get()))).collect();
+        counter(
+            &mut e,
+            "linerate_signed_url",
+            "Requests under a signed-URL rule, by verdict: allowed, expired (410) or why refused (403).",
+            &signed,
+        )?;
+
+        let refusals: Vec<[(&str, &str); 1]> = Refusal::ALL.iter().map(|r| [("limit", r.label())]).collect();
+        let refused: Vec<(&[(&str, &str)], u64)> = Refusal::ALL
+            .iter()
+            .zip(&refusals)
+            .map(|(r, l)| (&l[..], s.total(|w| w.client_limit_refusals[*r as usize].get())))
+            .collect();
+        counter(
+            &mut e,
+            "linerate_client_limit_refusals",
+            "New connections closed at once because their client was over a [client_limits] limit, by limit.",
+            &refused,
+        )?;
+
+        let certs = s.certificates.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let now = crate::tls::certs::unix_now();
+        let cert_labels = |c: &crate::tls::certs::CertExpiry| {
+            vec![("key", c.key.clone()), ("file", c.file.display().to_string()), ("name", c.name.clone())]
+        };
+        let days: Vec<(Vec<(&str, String)>, i64)> = certs.iter().map(|c| (cert_labels(c), c.days_left(now))).collect();
+        gauge(
+            &mut e,
+            "linerate_tls_certificate_days_left",
+            "Whole days until each certificate in use expires (negative once expired); alert well before 0.",
+            &days,
+        )?;
+        let not_after: Vec<(Vec<(&str, String)>, i64)> = certs.iter().map(|c| (cert_labels(c), c.not_after)).collect();
+        gauge(
+            &mut e,
+            "linerate_tls_certificate_not_after_seconds",
+            "When each certificate in use expires, in Unix seconds (compare with time()).",
+            &not_after,
+        )?;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        counter(
+            &mut e,
+            "linerate_reloads",
+            "Configuration reloads (SIGHUP), by result.",
+            &[
+                (&[("result", "ok")], s.reloads.load(relaxed)),
+                (&[("result", "failed")], s.reload_failures.load(relaxed)),
+            ],
+        )?;
+        counter(
+            &mut e,
+            "linerate_upgrade_failures",
+            "Binary upgrades (SIGUSR2) whose new process did not start; this one kept serving.",
+            &[(&[], s.upgrade_failures.load(relaxed))],
+        )?;
         counter(
             &mut e,
             "linerate_tls_handshakes",
@@ -264,6 +323,25 @@ impl Collector for Workers {
         )?;
 
         self.encode_cold(&mut e)?;
+        if let Some(log) = &self.0.access_log {
+            use std::sync::atomic::Ordering::Relaxed;
+            let c = &log.counters;
+            counter(
+                &mut e,
+                "linerate_access_log_records",
+                "Access-log records written to the file, and dropped (the writer fell behind or the write failed).",
+                &[
+                    (&[("result", "written")], c.written.load(Relaxed)),
+                    (&[("result", "dropped")], c.dropped.load(Relaxed)),
+                ],
+            )?;
+            counter(
+                &mut e,
+                "linerate_access_log_reopens",
+                "Times the access log was reopened (SIGUSR1).",
+                &[(&[], c.reopened.load(Relaxed))],
+            )?;
+        }
 
         let cpu: Vec<(Vec<(&str, String)>, f64)> = ws
             .iter()

@@ -28,7 +28,7 @@ use linerate_http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::stats::{TransportKind, WorkerCounters};
+use crate::counters::{TransportKind, WorkerCounters};
 
 /// What the admin endpoint reports on, shared with the supervisor.
 pub struct AdminState {
@@ -45,6 +45,15 @@ pub struct AdminState {
     pub capacity_gbps: f64,
     /// The fill pool, for its queue and per-device counters.
     pub fill: Option<Arc<crate::server::fill::FillPool>>,
+    /// The access log, for its written and dropped record counts.
+    pub access_log: Option<Arc<crate::server::access_log::AccessLog>>,
+    /// The certificates in use (replaced at each reload), for their expiry.
+    pub certificates: std::sync::Mutex<Vec<crate::tls::certs::CertExpiry>>,
+    /// Reloads done and refused, and binary upgrades that failed (the new binary
+    /// did not start), since this process started.
+    pub reloads: std::sync::atomic::AtomicU64,
+    pub reload_failures: std::sync::atomic::AtomicU64,
+    pub upgrade_failures: std::sync::atomic::AtomicU64,
 }
 
 impl AdminState {
@@ -75,8 +84,21 @@ impl AdminState {
 const AGENT_WAIT: Duration = Duration::from_millis(200);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Stops the admin endpoint from accepting (requests already read are answered).
+pub struct Stop(Arc<tokio::sync::Notify>);
+
+impl Stop {
+    /// Closes this process's copy of the admin socket: after an upgrade the new
+    /// process, which holds the same socket, answers alone.
+    pub fn stop(&self) {
+        self.0.notify_one();
+    }
+}
+
 /// Starts the admin thread on an already bound listener.
-pub fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<()> {
+pub fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<Stop> {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped = stop.clone();
     std::thread::Builder::new().name("linerate-admin".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -86,12 +108,12 @@ pub fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io
             }
         };
         let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, serve(listener, state));
+        local.block_on(&rt, serve(listener, state, stopped));
     })?;
-    Ok(())
+    Ok(Stop(stop))
 }
 
-async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) {
+async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>, stop: Arc<tokio::sync::Notify>) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => return tracing::error!("admin endpoint cannot start: {e}"),
@@ -116,7 +138,11 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) {
         });
     }
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.notified() => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(x) => x,
             Err(e) => {
                 tracing::debug!("admin accept: {e}");
@@ -131,6 +157,9 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>) {
             }
         });
     }
+    drop(listener);
+    // Requests in flight finish; the process exits after its drain.
+    std::future::pending::<()>().await
 }
 
 async fn handle(
@@ -242,6 +271,11 @@ mod tests {
             capacity_connections: capacity,
             capacity_gbps: gbps_cap,
             fill: None,
+            access_log: None,
+            certificates: Default::default(),
+            reloads: Default::default(),
+            reload_failures: Default::default(),
+            upgrade_failures: Default::default(),
         }
     }
 

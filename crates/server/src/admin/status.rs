@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::AdminState;
-use crate::stats::{ConnState, ErrorKind, TransportKind, WorkerCounters};
+use crate::counters::{ConnState, ErrorKind, TransportKind, WorkerCounters};
 
 #[derive(Serialize)]
 struct Status<'a> {
@@ -68,6 +68,8 @@ struct Numbers {
     errors_accept: u64,
     errors_truncated: u64,
     errors_disk: u64,
+    errors_slow_client: u64,
+    client_limit_refusals: u64,
 }
 
 impl Numbers {
@@ -102,6 +104,8 @@ impl Numbers {
         self.errors_accept += w.errors_of(ErrorKind::Accept);
         self.errors_truncated += w.errors_of(ErrorKind::Truncated);
         self.errors_disk += w.errors_of(ErrorKind::Disk);
+        self.errors_slow_client += w.errors_of(ErrorKind::SlowClient);
+        self.client_limit_refusals += w.client_limit_refusals.iter().map(|c| c.get()).sum::<u64>();
     }
 }
 

@@ -19,9 +19,10 @@
 //! transport.
 
 use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use linerate_http::date::DateCache;
 use tokio::sync::Notify;
@@ -33,13 +34,15 @@ use linerate_http::plan::{plan_file, Body, FileInfo};
 use linerate_http::request::{self, BodyFraming, Parsed};
 use linerate_http::response::HeadWriter;
 use linerate_http::{Method, Request, RequestError, Status, Version};
+use linerate_urlauth::{Rules, Verdict};
 
+use super::access_log::{Record, WorkerLog};
 use super::files::{FileCache, Lookup, LookupError, OpenFile};
 use super::fill::FillPool;
 use super::residency;
 use super::settings::Settings;
-use crate::stats::tcp_info::{Chooser, Sampler};
-use crate::stats::{ConnState, ErrorKind, StateTracker, WorkerCounters};
+use crate::counters::tcp_info::{Chooser, Sampler, TcpFigures};
+use crate::counters::{ConnState, ErrorKind, StateTracker, WorkerCounters};
 use crate::transport::{SendError, Transport};
 
 /// First allocation of a response head and of a request's path (they are freed
@@ -62,11 +65,18 @@ pub struct Context {
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
     pub debug_field: Vec<u8>,
+    /// The newest signed-URL rules, replaced at each reload. Every request checks
+    /// against these rather than its connection's settings, so a key added or removed
+    /// by a reload counts for connections accepted before it too: keys rotate with no
+    /// window in which a long keep-alive connection still lacks the new one.
+    pub signed: RefCell<Arc<Rules>>,
     shutting_down: Cell<bool>,
     shutdown: Notify,
     /// Counter and per-process salt for multipart boundaries.
     boundary_seq: Cell<u64>,
     boundary_salt: u64,
+    /// The worker's access-log buffer, when `access_log.path` is set.
+    pub log: Option<WorkerLog>,
 }
 
 impl Context {
@@ -87,11 +97,19 @@ impl Context {
             fill,
             page_chooser,
             debug_field,
+            signed: RefCell::new(Arc::new(Rules::new())),
             shutting_down: Cell::new(false),
             shutdown: Notify::new(),
             boundary_seq: Cell::new(0),
             boundary_salt,
+            log: None,
         }
+    }
+
+    /// Gives the connections an access log to write to.
+    pub fn with_log(mut self, log: Option<WorkerLog>) -> Context {
+        self.log = log;
+        self
     }
 
     pub fn is_shutting_down(&self) -> bool {
@@ -124,15 +142,45 @@ impl Context {
 
 /// What the accept path learned about a connection.
 pub struct ConnInfo {
+    pub peer: SocketAddr,
     /// Set for the connections chosen for TCP_INFO sampling.
     pub sampler: Option<Sampler>,
     /// The SYN arrived in another silo than this worker's.
     pub cross_domain: bool,
+    /// The TLS session, for HTTPS connections.
+    pub tls: Option<TlsInfo>,
+}
+
+/// What the access log says about a TLS session.
+pub struct TlsInfo {
+    pub version: &'static str,
+    pub cipher: &'static str,
+    pub sni: Option<Box<str>>,
+}
+
+/// The response in progress, for its access-log record. Tracked only when the
+/// worker has an access log.
+#[derive(Default)]
+struct Exchange {
+    /// When the request head was complete (monotonic, and wall-clock for the record).
+    started: Option<(Instant, SystemTime)>,
+    status: Option<Status>,
+    head_bytes: u64,
+    /// Body bytes sent from memory: multipart part heads, error pages.
+    memory_body_bytes: u64,
+    /// `body_bytes_sent()` of the transport when the response started.
+    file_bytes_before: u64,
+    /// When the first bytes of the response were handed to the kernel.
+    first_byte: Option<Instant>,
+    /// A body range waited for a disk fill.
+    filled: bool,
+    /// The signed-URL verdict, when the path is under a signed prefix.
+    signed: Option<Verdict>,
 }
 
 /// Serves one connection until it closes.
 pub async fn serve<T: Transport>(io: T, worker: &Context, settings: &Settings, info: ConnInfo) {
-    let ConnInfo { sampler, cross_domain } = info;
+    let ConnInfo { sampler, cross_domain, peer, tls } = info;
     let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {
         io,
@@ -148,6 +196,10 @@ pub async fn serve<T: Transport>(io: T, worker: &Context, settings: &Settings, i
         served: 0,
         body_bytes_counted: 0,
         cross_domain,
+        peer,
+        tls,
+        ex: Exchange::default(),
+        tcp: None,
     };
     let ending = conn.run(&mut state, sampler.as_ref()).await;
     conn.count_body_bytes();
@@ -197,6 +249,11 @@ struct Conn<'a, T> {
     served: u64,
     body_bytes_counted: u64,
     cross_domain: bool,
+    peer: SocketAddr,
+    tls: Option<TlsInfo>,
+    ex: Exchange,
+    /// The last TCP_INFO sample of a sampled connection.
+    tcp: Option<TcpFigures>,
 }
 
 impl<T: Transport> Conn<'_, T> {
@@ -211,6 +268,10 @@ impl<T: Transport> Conn<'_, T> {
             self.req.clear();
             let head_len = match self.read_head(state).await {
                 Ok(n) => n,
+                // Idle when shutdown began: a request may be on its way, and closing
+                // with it unread would reset the connection; linger so the client
+                // sees an orderly close and retries elsewhere.
+                Err(HeadEnd::Closed) if self.worker.is_shutting_down() => return Ending::Linger,
                 Err(HeadEnd::Closed) => return Ending::Quiet,
                 Err(HeadEnd::Io) => {
                     self.worker.counters.error(ErrorKind::Reset);
@@ -218,22 +279,28 @@ impl<T: Transport> Conn<'_, T> {
                 }
                 Err(HeadEnd::Timeout) => {
                     self.worker.counters.error(ErrorKind::Timeout);
+                    self.begin_exchange();
                     let _ = Box::pin(self.send_error(Status::RequestTimeout, false)).await;
+                    self.log_exchange();
                     return Ending::Linger;
                 }
                 Err(HeadEnd::Bad(e)) => {
                     tracing::debug!(worker = self.worker.index, "{e}");
                     self.worker.counters.error(ErrorKind::BadRequest);
+                    self.begin_exchange();
                     let _ = Box::pin(self.send_error(e.status(), false)).await;
+                    self.log_exchange();
                     return Ending::Linger;
                 }
             };
+            self.begin_exchange();
             self.pos += head_len;
             self.scanned = self.pos;
             if let Err(status) = self.discard_body().await {
                 if let Some(status) = status {
                     self.worker.counters.error(ErrorKind::BadRequest);
                     let _ = Box::pin(self.send_error(status, false)).await;
+                    self.log_exchange();
                 }
                 return Ending::Linger;
             }
@@ -251,24 +318,28 @@ impl<T: Transport> Conn<'_, T> {
                 Some(s) => {
                     let worker = self.worker;
                     let interval = self.settings.config.stats.tcp_info_interval;
-                    let mut respond = Box::pin(self.respond(keep_alive));
-                    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-                    let result = loop {
-                        tokio::select! {
-                            r = &mut respond => break r,
-                            _ = tick.tick() => s.sample(&worker.counters.tcp),
+                    let result = {
+                        let mut respond = Box::pin(self.respond(keep_alive));
+                        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+                        loop {
+                            tokio::select! {
+                                r = &mut respond => break r,
+                                _ = tick.tick() => { s.sample(&worker.counters.tcp); }
+                            }
                         }
                     };
-                    s.sample(&worker.counters.tcp);
+                    self.tcp = s.sample(&worker.counters.tcp).or(self.tcp);
                     result
                 }
             };
             self.count_body_bytes();
+            self.log_exchange();
             match result {
                 Ok(()) => {}
                 Err(e) => {
                     let kind = match e {
                         SendError::Timeout => ErrorKind::Timeout,
+                        SendError::TooSlow => ErrorKind::SlowClient,
                         SendError::Truncated => ErrorKind::Truncated,
                         SendError::Fill(_) => ErrorKind::Disk,
                         SendError::Io(_) => ErrorKind::Reset,
@@ -290,8 +361,72 @@ impl<T: Transport> Conn<'_, T> {
     /// Counts response bytes after the head that left from memory (multipart part
     /// headers, error pages): with the file bytes the transport counts, the body
     /// total is exactly what clients received after the heads.
-    fn count_memory_body(&self, n: usize) {
+    fn count_memory_body(&mut self, n: usize) {
         self.worker.counters.body_bytes[T::KIND as usize].add(n as u64);
+        self.ex.memory_body_bytes += n as u64;
+    }
+
+    /// Starts tracking a response for the access log.
+    fn begin_exchange(&mut self) {
+        self.io.begin_response();
+        if self.worker.log.is_some() {
+            self.ex = Exchange {
+                started: Some((Instant::now(), SystemTime::now())),
+                file_bytes_before: self.io.body_bytes_sent(),
+                ..Exchange::default()
+            };
+        }
+    }
+
+    /// Bytes of the response are about to be handed to the kernel.
+    fn mark_first_byte(&mut self) {
+        if self.ex.started.is_some() && self.ex.first_byte.is_none() {
+            self.ex.first_byte = Some(Instant::now());
+        }
+    }
+
+    /// Writes the access-log record of the response just sent (or cut short), if
+    /// there was one and it is sampled.
+    fn log_exchange(&mut self) {
+        let Some(log) = self.worker.log.as_ref() else { return };
+        let ex = std::mem::take(&mut self.ex);
+        let (Some((started, wall)), Some(status)) = (ex.started, ex.status) else { return };
+        let config = &self.settings.config.access_log;
+        if !log.wants_next(config.sample) {
+            return;
+        }
+        let now = Instant::now();
+        let body_bytes = self.io.body_bytes_sent() - ex.file_bytes_before + ex.memory_body_bytes;
+        let method = self.req.method_name();
+        let tls = self.tls.as_ref();
+        let record = Record {
+            time: wall,
+            client: self.peer,
+            method: if method.is_empty() { b"-" } else { method },
+            target: self.req.target(),
+            version: match self.req.version {
+                Version::Http10 => "HTTP/1.0",
+                Version::Http11 => "HTTP/1.1",
+            },
+            status: status.code(),
+            range: self.req.range(),
+            body_bytes,
+            bytes: body_bytes + ex.head_bytes,
+            duration: now - started,
+            ttfb: ex.first_byte.map(|t| t - started),
+            transport: T::KIND.label(),
+            tls_version: tls.map(|t| t.version),
+            cipher: tls.map(|t| t.cipher),
+            sni: tls.and_then(|t| t.sni.as_deref()),
+            worker: self.worker.index,
+            cross_domain: self.cross_domain,
+            filled: ex.filled,
+            signed: ex.signed.map(Verdict::label),
+            user_agent: self.req.user_agent(),
+            referer: self.req.referer(),
+            tcp: self.tcp,
+        };
+        log.write(&record, config.format, now);
     }
 
     fn count_body_bytes(&mut self) {
@@ -424,13 +559,52 @@ impl<T: Transport> Conn<'_, T> {
         if self.path.capacity() == 0 {
             self.path.reserve(PATH_BYTES);
         }
-        let dir_syntax = match path::resolve(self.req.target(), &mut self.path) {
-            Ok(t) => t.dir_syntax,
+        let target = match path::resolve(self.req.target(), &mut self.path) {
+            Ok(t) => t,
             Err(TargetError::Escapes | TargetError::ForbiddenByte | TargetError::Malformed | TargetError::Asterisk) => {
                 self.worker.counters.error(ErrorKind::BadRequest);
                 return self.send_error(Status::BadRequest, keep_alive).await;
             }
         };
+        let dir_syntax = target.dir_syntax;
+        // Signed URLs: after normalisation (a rule's prefix is compared with the path
+        // that will be opened), before anything about the file is looked up.
+        let signed = {
+            let rules = self.worker.signed.borrow();
+            match rules.find(&self.path) {
+                None => None,
+                Some(policy) => {
+                    absolute_path(&self.path, dir_syntax, &mut self.scratch);
+                    let cookie = self.req.cookie();
+                    let now = self.worker.date.borrow_mut().now_secs();
+                    Some(policy.check(&linerate_urlauth::Request {
+                        path: &self.scratch,
+                        query: target.query,
+                        cookies: cookie.as_slice(),
+                        client: self.peer.ip(),
+                        now: u64::try_from(now).unwrap_or(0),
+                    }))
+                }
+            }
+        };
+        if let Some(verdict) = signed {
+            self.ex.signed = Some(verdict);
+            self.worker.counters.signed[verdict.index()].add(1);
+            let refusal = match verdict {
+                Verdict::Allow => None,
+                Verdict::Expired => Some(Status::Gone),
+                Verdict::Deny(_) => Some(Status::Forbidden),
+            };
+            if let Some(status) = refusal {
+                tracing::debug!(
+                    worker = self.worker.index,
+                    path = %String::from_utf8_lossy(&self.path),
+                    signed = verdict.label(),
+                    "signed URL refused"
+                );
+                return self.send_error(status, keep_alive).await;
+            }
+        }
         let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
         let file = match lookup {
             Ok(Lookup::File(_)) if dir_syntax => return self.send_error(Status::NotFound, keep_alive).await,
@@ -488,13 +662,25 @@ impl<T: Transport> Conn<'_, T> {
         finish_head(h, keep_alive, self.req.version);
         self.worker.counters.response(plan.status);
         self.worker.counters.head_bytes.add(self.head.len() as u64);
-        tracing::trace!(worker = self.worker.index, status = plan.status.code(), path = %String::from_utf8_lossy(&self.path));
+        self.ex.status = Some(plan.status);
+        self.ex.head_bytes = self.head.len() as u64;
+        tracing::trace!(
+            worker = self.worker.index,
+            status = plan.status.code(),
+            path = %String::from_utf8_lossy(&self.path),
+            query = self.req.target().contains(&b'?'),
+            signed = self.ex.signed.map_or("-", Verdict::label)
+        );
 
         if self.req.method == Method::Head {
+            self.mark_first_byte();
             return self.io.write_all(&self.head, false).await;
         }
         let sent = match &plan.body {
-            Body::Empty => self.io.write_all(&self.head, false).await,
+            Body::Empty => {
+                self.mark_first_byte();
+                self.io.write_all(&self.head, false).await
+            }
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
                 self.send_range(file, r.first, r.len_bytes(), true).await
@@ -536,6 +722,7 @@ impl<T: Transport> Conn<'_, T> {
     async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64, read_on: bool) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
+            self.mark_first_byte();
             return self.io.send_file(&file.file, offset, len).await;
         };
         let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
@@ -567,6 +754,7 @@ impl<T: Transport> Conn<'_, T> {
         };
         if ready(offset, len) {
             counters.cold.resident_bytes.add(len);
+            self.mark_first_byte();
             self.io.send_file(&file.file, offset, len).await?;
             if file.resident.take_ahead(offset, len, window) && read_on {
                 read_ahead_past(offset + len);
@@ -592,7 +780,9 @@ impl<T: Transport> Conn<'_, T> {
                     return Err(SendError::Fill(e));
                 }
                 counters.cold.filled_bytes.add(upto - at);
+                self.ex.filled = true;
             }
+            self.mark_first_byte();
             self.io.send_file(&file.file, at, upto - at).await?;
             at = upto;
         }
@@ -695,11 +885,25 @@ impl<T: Transport> Conn<'_, T> {
     async fn send_small(&mut self, status: Status, body: &[u8]) -> Result<(), SendError> {
         self.worker.counters.response(status);
         self.worker.counters.head_bytes.add(self.head.len() as u64);
+        self.ex.status = Some(status);
+        self.ex.head_bytes = self.head.len() as u64;
         let body = if self.req.method == Method::Head { &[][..] } else { body };
         self.head.extend_from_slice(body);
+        self.mark_first_byte();
         self.io.write_all(&self.head, false).await?;
         self.count_memory_body(body.len());
         Ok(())
+    }
+}
+
+/// The path a signed-URL policy checks: `/`, the normalised relative path, and a
+/// trailing `/` when the target had directory syntax (nginx's `$uri`).
+fn absolute_path(relative: &[u8], dir_syntax: bool, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.push(b'/');
+    buf.extend_from_slice(relative);
+    if dir_syntax && !relative.is_empty() {
+        buf.push(b'/');
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Config;
-use crate::stats::TransportKind;
+use crate::counters::TransportKind;
 
 /// What the mock saw: every byte written, and how the connection was closed.
 #[derive(Default)]
@@ -85,9 +85,16 @@ async fn serve_mock(root: &Path, mut config: Config, input: &[&[u8]], eof: bool)
     let counters = Arc::new(WorkerCounters::new(0, None, None, 0));
     let ctx =
         Context::new(0, FileCache::new(c.entries, c.valid), counters.clone(), None, Chooser::new(0.0, 1), vec![], 7);
+    *ctx.signed.borrow_mut() = settings.signed.clone();
     let seen = Rc::new(Seen::default());
     let io = Mock { input: input.iter().map(|c| c.to_vec()).collect(), eof, seen: seen.clone(), body_bytes: 0 };
-    serve(io, &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io,
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     Run { out, linger: seen.closed.get(), counters }
 }
@@ -209,11 +216,23 @@ async fn a_file_that_shrank_mid_response_closes_the_connection() {
         seen: seen.clone(),
         body_bytes: 0,
     };
-    serve(io(), &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let f = std::fs::OpenOptions::new().write(true).open(dir.path().join("b")).unwrap();
     f.set_len(3).unwrap();
     seen.out.borrow_mut().clear();
-    serve(io(), &ctx, &settings, ConnInfo { sampler: None, cross_domain: false }).await;
+    serve(
+        io(),
+        &ctx,
+        &settings,
+        ConnInfo { peer: ([127, 0, 0, 1], 40000).into(), sampler: None, cross_domain: false, tls: None },
+    )
+    .await;
     let out = String::from_utf8_lossy(&seen.out.borrow()).into_owned();
     assert!(out.contains("Content-Length: 10\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\n012"), "exactly the bytes the file still had: {out}");
@@ -238,4 +257,55 @@ async fn an_idle_keep_alive_connection_closes_quietly() {
     assert_eq!(statuses(&r.out), ["200"], "no 408 for an idle connection");
     assert_eq!(r.linger, Some(false));
     assert!(started.elapsed() >= Config::default().timeouts.keepalive);
+}
+
+#[tokio::test]
+async fn signed_prefixes_answer_403_and_410_and_the_connection_goes_on() {
+    let dir = content();
+    std::fs::create_dir(dir.path().join("premium")).unwrap();
+    std::fs::write(dir.path().join("premium/a"), b"secret-a").unwrap();
+    std::fs::write(dir.path().join("premium/index.html"), b"index").unwrap();
+    let config = Config::from_toml(
+        "[[signed]]\nprefix = \"/premium/\"\nmode = \"secure_link\"\nexpression = \"$secure_link_expires$uri secret\"\n",
+    )
+    .unwrap();
+    // printf '%s' '2147483647/premium/a secret' | openssl md5 -binary | openssl base64 | tr +/ -_ | tr -d =
+    let good = "md5=zVREElI7XMrS3RUG1oKwgw&expires=2147483647";
+    // printf '%s' '1000000000/premium/a secret' | ... (expired in 2001)
+    let expired = "md5=1uFr-sXy7LNH8sNTPNkNAw&expires=1000000000";
+    // printf '%s' '2147483647/premium/ secret' | ...
+    let dir_good = "md5=37HI6dVqu1Fn_D3NZFj3_Q&expires=2147483647";
+    let requests = [
+        format!("GET /premium/a?{good} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "GET /premium/a HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        format!("GET /premium/a?{expired} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        format!("HEAD /premium/a?{} HTTP/1.1\r\nHost: x\r\n\r\n", good.replace("zVRE", "zVRF")),
+        "GET /a HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        format!("GET /x/../premium//a?{good} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        format!("GET /premium/?{dir_good} HTTP/1.1\r\nHost: x\r\n\r\n"),
+        format!("GET /premium/nothing-here?{good} HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ];
+    let input: Vec<&[u8]> = requests.iter().map(|r| r.as_bytes()).collect();
+    let r = serve_mock(dir.path(), config, &input, true).await;
+    assert_eq!(statuses(&r.out), ["200", "403", "410", "403", "200", "200", "200", "403"], "{}", r.out);
+    assert!(r.out.contains("410 Gone\n"), "{}", r.out);
+    assert_eq!(r.out.matches("secret-a").count(), 2, "{}", r.out);
+    let count = |label: &str| r.counters.signed[Verdict::LABELS.iter().position(|l| *l == label).unwrap()].get();
+    assert_eq!(
+        [count("allowed"), count("missing"), count("expired"), count("bad_signature")],
+        [3, 1, 1, 2],
+        "the unsigned /a is not counted"
+    );
+    assert_eq!(r.counters.responses[Status::Gone.index()].get(), 1);
+}
+
+#[test]
+fn signed_urls_check_the_path_as_nginx_writes_uri() {
+    let mut buf = Vec::new();
+    for (relative, dir, want) in
+        [("", true, "/"), ("", false, "/"), ("a/b.mp4", false, "/a/b.mp4"), ("a/d", true, "/a/d/")]
+    {
+        absolute_path(relative.as_bytes(), dir, &mut buf);
+        assert_eq!(buf, want.as_bytes());
+    }
 }

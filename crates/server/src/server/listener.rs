@@ -10,27 +10,69 @@ use std::net::{SocketAddr, TcpListener};
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Binds `workers` listeners on each address. Returns, per worker, its listeners
-/// (one per address, in address order), and the addresses actually bound.
+use super::upgrade::{Inherited, Role};
+
+/// One address's `SO_REUSEPORT` group: its sockets in member order.
+pub struct Group {
+    /// The address as configured (port 0 included).
+    pub configured: SocketAddr,
+    /// The address actually bound.
+    pub bound: SocketAddr,
+    pub sockets: Vec<TcpListener>,
+}
+
+/// Binds `workers` listeners on each address, or takes over the group a previous
+/// process handed over for it (see `server::upgrade`), binding more members only if
+/// this process has more workers than the group has sockets.
 pub fn bind_all(
     addrs: &[SocketAddr],
     workers: usize,
     backlog: u32,
-) -> anyhow::Result<(Vec<Vec<TcpListener>>, Vec<SocketAddr>)> {
-    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut bound = Vec::new();
+    mut inherited: Option<&mut Inherited>,
+) -> anyhow::Result<Vec<Group>> {
+    let mut groups = Vec::new();
     for &addr in addrs {
-        let mut actual = addr;
-        for (w, listeners) in per_worker.iter_mut().enumerate() {
+        let mut sockets = inherited.as_deref_mut().and_then(|i| i.take(Role::Serve, addr)).unwrap_or_default();
+        let taken = sockets.len();
+        let mut actual = match sockets.first() {
+            Some(s) => s.local_addr()?,
+            None => addr,
+        };
+        while sockets.len() < workers {
             let socket = bind_one(actual, backlog).with_context(|| format!("cannot listen on {addr}"))?;
-            if w == 0 {
+            if sockets.is_empty() {
                 actual = socket.local_addr()?;
-                bound.push(actual);
             }
-            listeners.push(socket);
+            sockets.push(socket);
+        }
+        if taken > 0 {
+            tracing::info!(address = %actual, inherited = taken, bound = sockets.len() - taken, "listening sockets taken over");
+        }
+        groups.push(Group { configured: addr, bound: actual, sockets });
+    }
+    Ok(groups)
+}
+
+/// Deals each group's sockets to the workers: member `j` to worker `j % workers`,
+/// so worker `w` holds member `w` of every group (the index a steering program
+/// picks), plus any members past the worker count a previous process handed over.
+/// Returns, per worker, its listeners (one per address in address order, then extras).
+pub fn distribute(groups: Vec<Group>, workers: usize) -> Vec<Vec<TcpListener>> {
+    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut extras: Vec<(usize, TcpListener)> = Vec::new();
+    for g in groups {
+        for (j, socket) in g.sockets.into_iter().enumerate() {
+            if j < workers {
+                per_worker[j].push(socket);
+            } else {
+                extras.push((j % workers, socket));
+            }
         }
     }
-    Ok((per_worker, bound))
+    for (w, socket) in extras {
+        per_worker[w].push(socket);
+    }
+    per_worker
 }
 
 /// Applies the `[tcp]` settings to listening sockets; accepted connections inherit
@@ -95,17 +137,28 @@ mod tests {
     #[test]
     fn port_zero_gives_one_port_per_group() {
         let addrs = ["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()];
-        let (per_worker, bound) = match bind_all(&addrs, 3, 16) {
+        let groups = match bind_all(&addrs, 3, 16, None) {
             Ok(x) => x,
             Err(e) if format!("{e:#}").contains("[::1]") => return, // no IPv6 loopback here
             Err(e) => panic!("{e:#}"),
         };
-        assert_eq!(bound.len(), 2);
-        assert_ne!(bound[0].port(), 0);
+        assert_eq!(groups.len(), 2);
+        assert_ne!(groups[0].bound.port(), 0);
+        let bound: Vec<SocketAddr> = groups.iter().map(|g| g.bound).collect();
+        let per_worker = distribute(groups, 3);
         for listeners in &per_worker {
             assert_eq!(listeners.len(), 2);
             assert_eq!(listeners[0].local_addr().unwrap(), bound[0]);
             assert_eq!(listeners[1].local_addr().unwrap(), bound[1]);
         }
+    }
+
+    #[test]
+    fn extra_members_go_round_the_workers() {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut groups = bind_all(&[addr], 5, 16, None).unwrap();
+        groups[0].configured = addr;
+        let per_worker = distribute(groups, 2);
+        assert_eq!(per_worker.iter().map(Vec::len).collect::<Vec<_>>(), [3, 2]);
     }
 }

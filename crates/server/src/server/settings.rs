@@ -10,6 +10,7 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use anyhow::Context;
 use linerate_http::request::Limits;
@@ -35,6 +36,9 @@ pub struct Settings {
     pub max_connections_per_worker: usize,
     /// Present when HTTPS is configured.
     pub tls: Option<TlsSettings>,
+    /// Signed-URL rules. Workers apply the newest to every request, on connections
+    /// accepted before a reload too (see `conn::Context::signed`).
+    pub signed: Arc<linerate_urlauth::Rules>,
     /// Differs for every `Settings` of the process: what a worker's open-file cache
     /// keys its entries by besides the path, since the root and the confinement rules
     /// can change at a reload while older connections still serve under the old ones.
@@ -86,6 +90,8 @@ impl Settings {
             (false, Some(runtime)) => Some(TlsSettings::new(&config.tls, runtime)?),
             (false, None) => anyhow::bail!("HTTPS listeners without TLS start-up state"),
         };
+        let signed = crate::config::signed::rules(&config.signed)
+            .map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
         Ok(Settings {
             config,
             root,
@@ -97,6 +103,7 @@ impl Settings {
             cors_fields,
             max_connections_per_worker,
             tls,
+            signed: Arc::new(signed),
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         })
     }

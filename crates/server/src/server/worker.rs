@@ -5,8 +5,9 @@
 //! connection it accepts until it closes: connections never move between workers.
 //! Everything a connection touches on the hot path belongs to the worker: the
 //! open-file cache, the Date cache, the counters. The only things shared with
-//! other threads are the immutable [`Settings`] and the counters' cache lines,
-//! which only this worker writes.
+//! other threads are the immutable [`Settings`], the counters' cache lines,
+//! which only this worker writes, and the per-client table of
+//! [`super::client_limits`], touched once at accept and once at close.
 //!
 //! Shutdown, step by step:
 //! 1. the supervisor sends [`Control::Shutdown`];
@@ -26,22 +27,26 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
+use super::access_log::{AccessLog, WorkerLog};
+use super::client_limits::{ClientSlot, ClientTable};
 use super::conn;
 use super::files::FileCache;
 use super::fill::FillPool;
 use super::settings::Settings;
-use crate::stats::tcp_info::{Chooser, Sampler};
-use crate::stats::{ErrorKind, WorkerCounters};
+use crate::counters::tcp_info::{Chooser, Sampler};
+use crate::counters::{ErrorKind, Refusal, WorkerCounters};
 use crate::tls::handshake::{self, HandshakeError};
 use crate::tls::record::{cipher_parts, Protocol};
 use crate::transport::ktls::Ktls;
 use crate::transport::plain::Plain;
 use crate::transport::usertls::{RecordBuffers, UserTls};
+use crate::transport::SendLimits;
 
 /// Messages from the supervisor.
 pub enum Control {
-    /// New settings for connections accepted from now on.
-    Reload(Arc<Settings>),
+    /// New settings for connections accepted from now on (and signed-URL rules for
+    /// every request from now on); the worker answers on the channel once applied.
+    Reload(Arc<Settings>, std::sync::mpsc::Sender<()>),
     Shutdown,
 }
 
@@ -57,6 +62,8 @@ pub struct Worker {
     chooser: RefCell<Chooser>,
     /// Silo of each CPU, when there is more than one.
     cpu_domains: Option<Arc<Vec<Option<usize>>>>,
+    /// Every worker's clients, for the per-client limits.
+    clients: Arc<ClientTable>,
 }
 
 impl std::ops::Deref for Worker {
@@ -79,6 +86,12 @@ pub struct Launch {
     /// Silo of each CPU (index = CPU), for counting cross-domain connections.
     pub cpu_domains: Arc<Vec<Option<usize>>>,
     pub fill: Option<Arc<FillPool>>,
+    pub access_log: Option<Arc<AccessLog>>,
+    /// The process-wide table behind the per-client limits.
+    pub clients: Arc<ClientTable>,
+    /// Called once the worker's listeners are registered with its event loop: from
+    /// then on connections queued on them are accepted.
+    pub started: Box<dyn FnOnce() + Send>,
 }
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
@@ -95,7 +108,20 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 }
 
 async fn serve(launch: Launch) -> anyhow::Result<()> {
-    let Launch { index, cpu, listeners, tls_listeners, settings, counters, mut control, cpu_domains, fill } = launch;
+    let Launch {
+        index,
+        cpu,
+        listeners,
+        tls_listeners,
+        settings,
+        counters,
+        mut control,
+        cpu_domains,
+        fill,
+        access_log,
+        clients,
+        started,
+    } = launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
@@ -112,12 +138,16 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let drain = settings.config.timeouts.drain;
     let files = FileCache::new(settings.config.open_file_cache.entries, settings.config.open_file_cache.valid);
     let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
+    let ctx = conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt)
+        .with_log(access_log.map(WorkerLog::new));
+    *ctx.signed.borrow_mut() = settings.signed.clone();
     let worker = Rc::new(Worker {
-        ctx: conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt),
+        ctx,
         settings: RefCell::new(settings),
         record_buffers,
         chooser: RefCell::new(chooser),
         cpu_domains: multi_domain.then_some(cpu_domains),
+        clients,
     });
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut accepters = Vec::new();
@@ -128,17 +158,33 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         accepters.push(tokio::task::spawn_local(accept_loop(worker.clone(), listener, scheme, slots.clone())));
     }
     tracing::debug!(worker = index, cpu, max_connections, "worker started");
+    if worker.log.is_some() {
+        // Records wait at most about a second in the worker's buffer.
+        let w = worker.clone();
+        accepters.push(tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                if let Some(log) = &w.log {
+                    log.flush_if_old(Instant::now());
+                }
+            }
+        }));
+    }
+    started();
 
     while let Some(msg) = control.recv().await {
         match msg {
-            Control::Reload(settings) => {
+            Control::Reload(settings, applied) => {
                 // Start a fresh cache. Connections still under the old settings
                 // share it, but entries are keyed by settings, so a changed root
                 // never crosses over. Responses in flight keep the files they hold.
                 let c = &settings.config.open_file_cache;
                 *worker.files.borrow_mut() = FileCache::new(c.entries, c.valid);
                 *worker.chooser.borrow_mut() = Chooser::new(settings.config.stats.tcp_info_sample, seed(index));
+                *worker.signed.borrow_mut() = settings.signed.clone();
                 *worker.settings.borrow_mut() = settings;
+                let _ = applied.send(());
             }
             Control::Shutdown => break,
         }
@@ -156,6 +202,9 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     if left > 0 {
         tracing::warn!(worker = index, connections = left, "drain timeout: closing connections still open");
     }
+    if let Some(log) = &worker.log {
+        log.flush();
+    }
     Ok(())
 }
 
@@ -172,7 +221,7 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
         // Full: stop accepting (the kernel keeps queueing in the backlog) until a
         // connection ends, instead of accepting and dropping.
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let (stream, _peer) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 worker.counters.error(ErrorKind::Accept);
@@ -191,16 +240,25 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
                 continue;
             }
         };
+        let settings = worker.settings.borrow().clone();
+        let client = match worker.clients.admit(peer.ip(), &settings.config.client_limits, Instant::now()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                refuse(&worker, stream, peer, scheme, why);
+                continue;
+            }
+        };
         worker.counters.connections_accepted.add(1);
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
         let info = conn::ConnInfo {
+            peer,
+            tls: None,
             cross_domain: count_cross_domain(&worker, &stream),
             sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
         };
-        let settings = worker.settings.borrow().clone();
-        tokio::task::spawn_local(connection(worker.clone(), stream, scheme, settings, info, permit));
+        tokio::task::spawn_local(connection(worker.clone(), stream, scheme, settings, info, permit, client));
     }
 }
 
@@ -217,17 +275,36 @@ async fn connection(
     settings: Arc<Settings>,
     info: conn::ConnInfo,
     permit: tokio::sync::OwnedSemaphorePermit,
+    client: Option<ClientSlot>,
 ) {
-    // Counted closed and the slot given back even if the task panics.
-    let _open = OpenConnection { worker: worker.clone(), _permit: permit };
+    // Counted closed and the slots given back even if the task panics.
+    let _open = OpenConnection { worker: worker.clone(), _permit: permit, _client: client };
     match scheme {
         Scheme::Http => {
-            let transport = Plain::new(stream, settings.config.timeouts.send);
+            let transport = Plain::new(stream, SendLimits::new(&settings.config));
             Box::pin(conn::serve(transport, &worker, &settings, info)).await;
         }
         Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
     }
 }
+
+/// A connection over a per-client limit: closed before anything is read from it
+/// or any handshake starts, counted, and logged at debug only (a warning sums
+/// refusals up at most once a minute). A plain-HTTP client is first told why, with
+/// a 429 written only if the socket takes it at once (it always does on a fresh
+/// connection) so a refusal never waits.
+fn refuse(worker: &Worker, stream: TcpStream, peer: std::net::SocketAddr, scheme: Scheme, why: Refusal) {
+    worker.counters.client_limit_refusals[why as usize].add(1);
+    tracing::debug!(worker = worker.index, %peer, limit = why.label(), "client over its limit: connection refused");
+    worker.clients.note_refusal(why, Instant::now());
+    if scheme == Scheme::Http {
+        let _ = stream.try_write(TOO_MANY_REQUESTS);
+    }
+    // Dropping the stream closes it.
+}
+
+const TOO_MANY_REQUESTS: &[u8] =
+    b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
@@ -256,23 +333,31 @@ async fn serve_tls(stream: TcpStream, worker: &Worker, settings: &Settings, info
 /// so that the transport built here is not kept in the caller's future as well.
 fn after_handshake<'a>(
     stream: TcpStream,
-    established: crate::tls::handshake::Established,
+    mut established: crate::tls::handshake::Established,
     worker: &'a Worker,
     settings: &'a Settings,
     tls: &crate::tls::TlsSettings,
-    info: conn::ConnInfo,
+    mut info: conn::ConnInfo,
 ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>> {
     let counters = &worker.counters;
     counters.tls_handshakes.add(1);
+    info.tls = Some(conn::TlsInfo {
+        version: match established.protocol {
+            Protocol::Tls12 => "TLSv1.2",
+            Protocol::Tls13 => "TLSv1.3",
+        },
+        cipher: established.suite.suite().as_str().unwrap_or("unknown"),
+        sni: established.sni.take(),
+    });
     let version = match established.protocol {
         Protocol::Tls12 => linerate_sys::ktls::Version::Tls12,
         Protocol::Tls13 => linerate_sys::ktls::Version::Tls13,
     };
     let (cipher, _, _) = cipher_parts(&established.secrets.tx.1);
-    let send_timeout = settings.config.timeouts.send;
+    let send_limits = SendLimits::new(&settings.config);
     if tls.kernel.supports(version, cipher) {
         let addrs = stream.local_addr().and_then(|l| Ok((l, stream.peer_addr()?)));
-        match Ktls::new(stream, established, send_timeout, tls.zerocopy_sendfile) {
+        match Ktls::new(stream, established, send_limits, tls.zerocopy_sendfile) {
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
@@ -289,7 +374,7 @@ fn after_handshake<'a>(
         }
     } else {
         counters.usertls_sessions.add(1);
-        let transport = UserTls::new(stream, established, send_timeout, worker.record_buffers.clone());
+        let transport = UserTls::new(stream, established, send_limits, worker.record_buffers.clone());
         Some(Box::pin(conn::serve(transport, worker, settings, info)))
     }
 }
@@ -390,6 +475,7 @@ fn count_offload(worker: &Worker, addrs: std::io::Result<(std::net::SocketAddr, 
 struct OpenConnection {
     worker: Rc<Worker>,
     _permit: tokio::sync::OwnedSemaphorePermit,
+    _client: Option<ClientSlot>,
 }
 
 impl Drop for OpenConnection {
@@ -409,7 +495,15 @@ mod tests {
 
     /// The size of the future `f` returns, without calling it.
     fn task_size<F>(
-        _: fn(Rc<Worker>, TcpStream, Scheme, Arc<Settings>, conn::ConnInfo, tokio::sync::OwnedSemaphorePermit) -> F,
+        _: fn(
+            Rc<Worker>,
+            TcpStream,
+            Scheme,
+            Arc<Settings>,
+            conn::ConnInfo,
+            tokio::sync::OwnedSemaphorePermit,
+            Option<ClientSlot>,
+        ) -> F,
     ) -> usize {
         std::mem::size_of::<F>()
     }

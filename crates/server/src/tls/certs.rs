@@ -41,6 +41,52 @@ pub struct LoadedCert {
     pub names: Vec<String>,
     /// Seconds until the leaf certificate expires.
     pub expires_in_secs: i64,
+    /// When it expires (Unix seconds), and where it came from: for the expiry
+    /// warnings and metrics.
+    pub expiry: CertExpiry,
+}
+
+/// A loaded certificate's end of validity, and which one it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CertExpiry {
+    /// The configuration key: `tls` or `tls.certificates[N]`.
+    pub key: String,
+    pub file: PathBuf,
+    /// Its first DNS name, or empty.
+    pub name: String,
+    /// Unix seconds.
+    pub not_after: i64,
+}
+
+/// A certificate within this many days of its end is warned about (at load, and
+/// daily while it runs) so that a renewal that did not run is noticed in time.
+pub const EXPIRY_WARNING_DAYS: i64 = 14;
+
+impl CertExpiry {
+    /// Whole days left at `now` (Unix seconds); negative once expired.
+    pub fn days_left(&self, now: i64) -> i64 {
+        (self.not_after - now).div_euclid(86400)
+    }
+
+    /// Logs a warning when it is within [`EXPIRY_WARNING_DAYS`]; says whether it did.
+    pub fn warn_if_expiring(&self, now: i64) -> bool {
+        let days = self.days_left(now);
+        if days >= EXPIRY_WARNING_DAYS {
+            return false;
+        }
+        let until = http_date(self.not_after);
+        if self.not_after <= now {
+            tracing::error!(key = %self.key, file = %self.file.display(), name = %self.name, "certificate expired on {until}: renew it and reload (kill -HUP)");
+        } else {
+            tracing::warn!(key = %self.key, file = %self.file.display(), name = %self.name, days_left = days, "certificate expires in {days} days ({until}): has its renewal run?");
+        }
+        true
+    }
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Loads and checks one certificate and key. `key_prefix` is the configuration key
@@ -67,14 +113,20 @@ pub fn load(cert: &Path, key: &Path, key_prefix: &str, provider: &CryptoProvider
     certified.keys_match().map_err(|_| key_err(format!("does not match the certificate in {}", cert.display())))?;
 
     let (names, not_before, not_after) = inspect_leaf(&certified.cert[0]).map_err(cert_err)?;
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let now = unix_now();
     if now < not_before {
         return Err(cert_err(format!("not valid before {}", http_date(not_before))));
     }
     if now > not_after {
         return Err(cert_err(format!("expired on {}", http_date(not_after))));
     }
-    Ok(LoadedCert { certified: Arc::new(certified), names, expires_in_secs: not_after - now })
+    let expiry = CertExpiry {
+        key: key_prefix.to_string(),
+        file: cert.to_owned(),
+        name: names.first().cloned().unwrap_or_default(),
+        not_after,
+    };
+    Ok(LoadedCert { certified: Arc::new(certified), names, expires_in_secs: not_after - now, expiry })
 }
 
 fn http_date(secs: i64) -> String {
@@ -156,8 +208,23 @@ impl fmt::Debug for SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        SEEN_SNI.with(|seen| *seen.borrow_mut() = hello.server_name().map(Box::from));
         Some(self.choose(hello.server_name()))
     }
+}
+
+thread_local! {
+    /// The server name of the ClientHello the resolver saw last on this thread.
+    static SEEN_SNI: std::cell::RefCell<Option<Box<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The server name the resolver saw during the last call into rustls on this
+/// thread, taken (rustls has no accessor for it on an unbuffered connection). Sound
+/// because the resolver runs synchronously inside `process_tls_records`, and the
+/// handshake takes the name right after that call, before any await lets another
+/// connection's handshake run on the same worker thread.
+pub fn take_seen_sni() -> Option<Box<str>> {
+    SEEN_SNI.with(|seen| seen.borrow_mut().take())
 }
 
 #[cfg(test)]
@@ -176,6 +243,15 @@ mod tests {
         let loaded = load(&cert, &key, "tls", &provider()).unwrap();
         assert_eq!(loaded.names, ["a.example", "*.wild.example"]);
         assert!(loaded.expires_in_secs > 300 * 86400);
+        assert_eq!(loaded.expiry.key, "tls");
+        assert_eq!(loaded.expiry.name, "a.example");
+        assert!((364..=365).contains(&loaded.expiry.days_left(unix_now())), "{:?}", loaded.expiry);
+        assert!(!loaded.expiry.warn_if_expiring(unix_now()));
+        let (soon, soon_key) = write_cert(dir.path(), "soon", &["soon.example"], -80, 10);
+        let soon = load(&soon, &soon_key, "tls.certificates[2]", &provider()).unwrap();
+        assert!((9..=10).contains(&soon.expiry.days_left(unix_now())), "{:?}", soon.expiry);
+        assert!(soon.expiry.warn_if_expiring(unix_now()));
+        assert_eq!(soon.expiry.days_left(soon.expiry.not_after + 1), -1, "expired: negative");
 
         // Mismatched key.
         let (_, other_key) = write_cert(dir.path(), "b", &["b.example"], 0, 365);

@@ -24,6 +24,9 @@ pub struct Established {
     pub kernel: KernelConnection<ServerConnectionData>,
     pub protocol: Protocol,
     pub suite: SupportedCipherSuite,
+    /// The server name the client asked for (SNI), when it sent one and the
+    /// certificate was chosen by it (a full handshake).
+    pub sni: Option<Box<str>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +66,13 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
     let mut incoming: Vec<u8> = Vec::new();
     let mut outgoing: Vec<u8> = Vec::new();
     let mut out_len = 0;
+    let mut sni = None;
     loop {
         let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming);
+        // Taken at once, with no await in between: see `certs::take_seen_sni`.
+        if let Some(name) = super::certs::take_seen_sni() {
+            sni = Some(name);
+        }
         let state = match state {
             Ok(s) => s,
             Err(e) => {
@@ -120,7 +128,7 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
     };
     let suite = conn.negotiated_cipher_suite().expect("negotiated once the handshake is done");
     let (secrets, kernel) = conn.dangerous_into_kernel_connection()?;
-    Ok(Established { secrets, kernel, protocol, suite })
+    Ok(Established { secrets, kernel, protocol, suite, sni })
 }
 
 /// Appends exactly one record to `incoming`.

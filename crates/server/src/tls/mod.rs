@@ -30,6 +30,7 @@
 pub mod certs;
 pub mod control;
 pub mod handshake;
+pub mod inbound;
 pub mod kernel;
 pub mod record;
 #[cfg(test)]
@@ -73,6 +74,8 @@ pub struct TlsSettings {
     pub zerocopy_sendfile: bool,
     /// What the kernel takes (from the start-up probe).
     pub kernel: KernelProbe,
+    /// When each certificate expires (the default first).
+    pub expiry: Vec<certs::CertExpiry>,
 }
 
 /// The cipher suites offered, in the server's order of preference: AES-GCM first
@@ -112,11 +115,9 @@ impl TlsSettings {
         for (i, extra) in tls.certificates.iter().enumerate() {
             loaded.push(certs::load(&extra.cert, &extra.key, &format!("tls.certificates[{i}]"), &provider)?);
         }
+        let now = certs::unix_now();
         for c in &loaded {
-            let days = c.expires_in_secs / 86400;
-            if days < 14 {
-                tracing::warn!(names = ?c.names, "certificate expires in {days} days");
-            }
+            c.expiry.warn_if_expiring(now);
         }
         let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
             TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -136,6 +137,7 @@ impl TlsSettings {
             server_config: Arc::new(config),
             zerocopy_sendfile: tls.zerocopy_sendfile,
             kernel: runtime.kernel.clone(),
+            expiry: loaded.iter().map(|c| c.expiry.clone()).collect(),
         })
     }
 }

@@ -208,10 +208,18 @@ impl Opener {
         self.seq = seq;
     }
 
+    /// Records opened with the current keys: the sequence number of the next one.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
     /// The length of the record starting at `buf[0]`, once its header has arrived.
     pub fn record_len(&self, buf: &[u8]) -> Result<Option<usize>, RecordError> {
         let Some(h) = buf.get(..HEADER_LEN) else { return Ok(None) };
-        if h[1] != 3 {
+        // Every record after the handshake says 03 03 (TLS 1.2, and TLS 1.3's
+        // legacy_record_version), as kernel TLS requires. The TLS 1.2 AAD is built
+        // with 03 03, not from these bytes, so another value would otherwise pass.
+        if h[1..3] != [3, 3] {
             return Err(RecordError::Malformed);
         }
         let len = u16::from_be_bytes([h[3], h[4]]) as usize;
@@ -348,6 +356,31 @@ mod tests {
         assert_eq!(opener.record_len(&[23, 3, 3, 0]), Ok(None));
         assert_eq!(opener.record_len(&[23, 3, 3, 0x41, 0x01]), Err(RecordError::Overflow));
         assert_eq!(opener.record_len(&[23, 9, 3, 0, 1]), Err(RecordError::Malformed));
+        assert_eq!(opener.record_len(&[23, 3, 1, 0, 17]), Err(RecordError::Malformed));
         assert_eq!(opener.record_len(&[23, 3, 3, 0, 17]), Ok(Some(22)));
+    }
+
+    /// The TLS 1.2 AAD holds 03 03 whatever the header says, so a record whose
+    /// version byte was changed on the way opened to the sender's plaintext.
+    #[test]
+    fn a_record_with_another_version_is_refused() {
+        for &(suite, protocol) in ALL_SUITES {
+            let (_, secrets) = establish(suite);
+            let mut sealer = Sealer::new(protocol, &secrets.rx.1, secrets.rx.0);
+            let mut rec = vec![0u8; 4 + sealer.overhead()];
+            let off = sealer.payload_offset();
+            rec[off..off + 4].copy_from_slice(b"data");
+            sealer.seal(CONTENT_APPLICATION_DATA, &mut rec, 4);
+            for (byte, value) in [(1, 2), (2, 1), (2, 4), (2, 0x33)] {
+                let opener = Opener::new(protocol, &secrets.rx.1, secrets.rx.0);
+                let mut changed = rec.clone();
+                changed[byte] = value;
+                assert_eq!(opener.record_len(&changed), Err(RecordError::Malformed), "{suite:?} {byte} {value}");
+            }
+            let mut opener = Opener::new(protocol, &secrets.rx.1, secrets.rx.0);
+            assert_eq!(opener.record_len(&rec), Ok(Some(rec.len())));
+            let (_, range) = opener.open(&mut rec).unwrap();
+            assert_eq!(&rec[range], b"data");
+        }
     }
 }

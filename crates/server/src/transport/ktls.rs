@@ -7,12 +7,12 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use linerate_sys::ktls::{self, CryptoInfo, Direction, Received, Version};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 use crate::tls::handshake::Established;
 use crate::tls::record::{self, Protocol};
@@ -22,7 +22,7 @@ static ZEROCOPY_FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
 
 pub struct Ktls {
     stream: TcpStream,
-    send_timeout: Duration,
+    pace: Pace,
     body_bytes: u64,
     /// An upper bound on the records the kernel has sealed with the current key.
     records: u64,
@@ -37,7 +37,7 @@ fn records_for(len: u64) -> u64 {
 impl Ktls {
     /// Hands the session's keys to the kernel. An error here leaves the socket
     /// unusable (rustls has given the session away), so the caller closes it.
-    pub fn new(stream: TcpStream, est: Established, send_timeout: Duration, zerocopy: bool) -> io::Result<Ktls> {
+    pub fn new(stream: TcpStream, est: Established, limits: SendLimits, zerocopy: bool) -> io::Result<Ktls> {
         let sock = stream.as_fd();
         ktls::attach_ulp(sock)?;
         let version = match est.protocol {
@@ -57,12 +57,12 @@ impl Ktls {
                 }
             }
         }
-        Ok(Ktls { stream, send_timeout, body_bytes: 0, records: 0, record_limit: est.record_limit() })
+        Ok(Ktls { stream, pace: Pace::new(limits), body_bytes: 0, records: 0, record_limit: est.record_limit() })
     }
 }
 
 impl Transport for Ktls {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Ktls;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Ktls;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
@@ -116,7 +116,7 @@ impl Transport for Ktls {
 
     async fn write_all(&mut self, bytes: &[u8], more: bool) -> Result<(), SendError> {
         self.records += records_for(bytes.len() as u64);
-        socket::send_all(&self.stream, bytes, more, self.send_timeout).await
+        socket::send_all(&self.stream, bytes, more, &self.pace, self.body_bytes).await
     }
 
     async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> Result<(), SendError> {
@@ -124,7 +124,11 @@ impl Transport for Ktls {
         if self.records >= self.record_limit {
             return Err(SendError::Io(io::Error::other("TLS record limit for this key reached")));
         }
-        socket::sendfile_all(&self.stream, file, offset, len, self.send_timeout, &mut self.body_bytes).await
+        socket::sendfile_all(&self.stream, file, offset, len, &self.pace, &mut self.body_bytes).await
+    }
+
+    fn begin_response(&mut self) {
+        self.pace.begin(self.body_bytes);
     }
 
     fn body_bytes_sent(&self) -> u64 {

@@ -14,8 +14,9 @@
 //!   and written with one `write` (one copy of each body byte).
 //!
 //! Every transport waits for writability itself, bounded by the send timeout (no
-//! progress for that long ends the connection), so a client that stops reading
-//! cannot pin a connection forever.
+//! progress for that long ends the connection) and by the minimum average send
+//! rate of the response in flight ([`SendLimits`]), so a client that stops reading,
+//! or reads a byte now and then, cannot pin a connection for long.
 
 use std::fs::File;
 use std::io;
@@ -26,6 +27,7 @@ mod socket;
 pub mod usertls;
 
 pub use socket::close as close_tcp;
+pub use socket::SendLimits;
 
 /// A read buffer's first allocation: room for a typical request head.
 const FIRST_READ_BYTES: usize = 2048;
@@ -49,6 +51,10 @@ pub enum SendError {
     Io(#[from] io::Error),
     #[error("client accepted no data for the send timeout")]
     Timeout,
+    /// The response has been sent slower on average than `client_limits.min_send_rate`
+    /// for longer than `client_limits.min_send_rate_after`.
+    #[error("client reads slower than the minimum send rate")]
+    TooSlow,
     /// The file ended before the planned range did (it was truncated while being
     /// served). The response cannot be completed honestly: close the connection.
     #[error("file truncated during transfer")]
@@ -62,7 +68,7 @@ pub enum SendError {
 #[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send
 pub trait Transport {
     /// Which send path this is, for the body-byte counters.
-    const KIND: crate::stats::TransportKind;
+    const KIND: crate::counters::TransportKind;
 
     /// Waits for bytes, then appends whatever has arrived to `buf`; `Ok(0)` at end of
     /// stream. Room in `buf` is made only once bytes are there (see [`read_room`]),
@@ -75,6 +81,10 @@ pub trait Transport {
 
     /// Sends `len` bytes of `file` starting at `offset`.
     async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> Result<(), SendError>;
+
+    /// A response starts: the minimum send rate is measured from here. Called once
+    /// per response, before its head is sent.
+    fn begin_response(&mut self) {}
 
     /// Body bytes sent on this connection so far (by `send_file`), including
     /// those of a response that failed halfway: what the client may have received.

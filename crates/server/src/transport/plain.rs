@@ -2,26 +2,26 @@
 
 use std::fs::File;
 use std::io;
-use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 
 pub struct Plain {
     stream: TcpStream,
-    send_timeout: Duration,
+    pace: Pace,
     body_bytes: u64,
 }
 
 impl Plain {
-    pub fn new(stream: TcpStream, send_timeout: Duration) -> Plain {
-        Plain { stream, send_timeout, body_bytes: 0 }
+    pub fn new(stream: TcpStream, limits: SendLimits) -> Plain {
+        Plain { stream, pace: Pace::new(limits), body_bytes: 0 }
     }
 }
 
 impl Transport for Plain {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::Plain;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Plain;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
@@ -35,11 +35,15 @@ impl Transport for Plain {
     }
 
     async fn write_all(&mut self, bytes: &[u8], more: bool) -> Result<(), SendError> {
-        socket::send_all(&self.stream, bytes, more, self.send_timeout).await
+        socket::send_all(&self.stream, bytes, more, &self.pace, self.body_bytes).await
     }
 
     async fn send_file(&mut self, file: &File, offset: u64, len: u64) -> Result<(), SendError> {
-        socket::sendfile_all(&self.stream, file, offset, len, self.send_timeout, &mut self.body_bytes).await
+        socket::sendfile_all(&self.stream, file, offset, len, &self.pace, &mut self.body_bytes).await
+    }
+
+    fn begin_response(&mut self) {
+        self.pace.begin(self.body_bytes);
     }
 
     fn body_bytes_sent(&self) -> u64 {

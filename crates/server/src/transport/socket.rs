@@ -16,21 +16,109 @@ use super::SendError;
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_MAX_BYTES: usize = 256 * 1024;
 
-/// Waits until the socket may take more bytes, or fails after `timeout`.
-pub async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendError> {
-    match tokio::time::timeout(timeout, stream.writable()).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(SendError::Timeout),
+/// What bounds a connection's waits for writability: the send timeout (no progress
+/// at all for that long) and the lowest average rate of a response (once it has
+/// taken longer than `min_rate_after`). From the settings the connection started with.
+#[derive(Clone, Copy, Debug)]
+pub struct SendLimits {
+    pub timeout: Duration,
+    /// Bytes per second; 0 = no minimum.
+    pub min_rate: u64,
+    pub min_rate_after: Duration,
+}
+
+impl SendLimits {
+    pub fn new(config: &crate::config::Config) -> SendLimits {
+        SendLimits {
+            timeout: config.timeouts.send,
+            min_rate: config.client_limits.min_send_rate,
+            min_rate_after: config.client_limits.min_send_rate_after,
+        }
     }
 }
 
-/// Sends all of `bytes`; with `more`, the kernel holds them for the bytes that follow.
-pub async fn send_all(stream: &TcpStream, mut bytes: &[u8], more: bool, timeout: Duration) -> Result<(), SendError> {
+/// The send limits and the progress of the response in flight: when it started and
+/// how many body bytes the connection had sent by then. The rate is checked only
+/// when the socket is full, so a client keeping up never pays for it: the wait for
+/// writability ends at the moment the response's average would fall under the
+/// minimum, `start + max(min_rate_after, sent / min_rate)`, since nothing is sent
+/// while waiting.
+#[derive(Debug)]
+pub struct Pace {
+    limits: SendLimits,
+    started: tokio::time::Instant,
+    base: u64,
+}
+
+impl Pace {
+    pub fn new(limits: SendLimits) -> Pace {
+        Pace { limits, started: tokio::time::Instant::now(), base: 0 }
+    }
+
+    /// A response starts; `sent` is the connection's body-byte count so far.
+    pub fn begin(&mut self, sent: u64) {
+        if self.limits.min_rate > 0 {
+            self.started = tokio::time::Instant::now();
+            self.base = sent;
+        }
+    }
+
+    /// When the response's average rate falls under the minimum if no more than
+    /// `sent` bytes (the connection's count) have gone by then; None without a minimum.
+    fn slow_at(&self, sent: u64) -> Option<tokio::time::Instant> {
+        let rate = self.limits.min_rate;
+        if rate == 0 {
+            return None;
+        }
+        let bytes = sent.saturating_sub(self.base);
+        let nanos = u128::from(bytes % rate) * 1_000_000_000 / u128::from(rate);
+        let earned = Duration::from_secs(bytes / rate) + Duration::from_nanos(nanos as u64);
+        self.started.checked_add(earned.max(self.limits.min_rate_after))
+    }
+}
+
+/// Waits until the socket may take more bytes. Fails after the send timeout, or
+/// when the response in flight (`sent`: the connection's body bytes so far) falls
+/// under the minimum average rate, whichever comes first.
+pub async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result<(), SendError> {
+    let now = tokio::time::Instant::now();
+    let timeout_at = now + pace.limits.timeout;
+    let (deadline, error) = match pace.slow_at(sent) {
+        Some(slow) if slow < timeout_at => (slow, SendError::TooSlow),
+        _ => (timeout_at, SendError::Timeout),
+    };
+    let result = if deadline <= now {
+        Err(error)
+    } else {
+        match tokio::time::timeout_at(deadline, stream.writable()).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(error),
+        }
+    };
+    if let Err(SendError::TooSlow) = result {
+        // The queue would otherwise still be delivered at the client's pace after
+        // the close: drop it with the connection.
+        if let Err(e) = linerate_sys::tcp::set_abortive_close(stream.as_fd()) {
+            tracing::debug!("SO_LINGER: {e}");
+        }
+    }
+    result
+}
+
+/// Sends all of `bytes`; with `more`, the kernel holds them for the bytes that
+/// follow. `sent` is the connection's body-byte count, for the rate check.
+pub async fn send_all(
+    stream: &TcpStream,
+    mut bytes: &[u8],
+    more: bool,
+    pace: &Pace,
+    sent: u64,
+) -> Result<(), SendError> {
     while !bytes.is_empty() {
         let sock = stream.as_fd();
         match stream.try_io(Interest::WRITABLE, || linerate_sys::send(sock, bytes, more)) {
             Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, pace, sent).await?,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
@@ -45,7 +133,7 @@ pub async fn sendfile_all(
     file: &File,
     mut offset: u64,
     mut len: u64,
-    timeout: Duration,
+    pace: &Pace,
     sent: &mut u64,
 ) -> Result<(), SendError> {
     while len > 0 {
@@ -60,7 +148,7 @@ pub async fn sendfile_all(
                 len -= n as u64;
                 *sent += n as u64;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, pace, *sent).await?,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
@@ -88,4 +176,40 @@ pub async fn close(stream: &mut TcpStream, linger: bool) {
         }
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pace(min_rate: u64, after_secs: u64) -> Pace {
+        Pace::new(SendLimits {
+            timeout: Duration::from_secs(60),
+            min_rate,
+            min_rate_after: Duration::from_secs(after_secs),
+        })
+    }
+
+    #[test]
+    fn slow_at_is_when_the_average_falls_under_the_minimum() {
+        let mut p = pace(1000, 10);
+        p.begin(5000);
+        let start = p.started;
+        // Nothing sent yet: the grace period.
+        assert_eq!(p.slow_at(5000), Some(start + Duration::from_secs(10)));
+        // 20 kB sent at 1 kB/s lasts 20 s.
+        assert_eq!(p.slow_at(25_000), Some(start + Duration::from_secs(20)));
+        assert_eq!(p.slow_at(25_500), Some(start + Duration::from_millis(20_500)));
+        // No overflow with absurd counts.
+        assert!(pace(1, 1).slow_at(u64::MAX).is_none_or(|t| t > start));
+        assert_eq!(pace(0, 10).slow_at(1), None, "no minimum");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_starts_the_clock_again() {
+        let mut p = pace(1000, 10);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        p.begin(0);
+        assert_eq!(p.slow_at(0), Some(tokio::time::Instant::now() + Duration::from_secs(10)));
+    }
 }

@@ -11,29 +11,30 @@
 //! the unsent tail of one record; the records after it are dropped unsent and
 //! sealed again later (`send_batch`).
 //!
-//! The read path opens records in a receive buffer that exists only while a record
-//! is arriving (an idle connection holds none) and hands the plaintext
-//! to the HTTP layer. Alerts end the stream (close_notify) or the connection;
-//! a TLS 1.3 KeyUpdate switches the receive key, and if the peer asks, a KeyUpdate
-//! of ours goes out before the next application data, followed by our new key.
+//! The read path opens records in a per-connection buffer ([`crate::tls::inbound`])
+//! that exists only while a record is arriving (an idle connection holds none) and
+//! hands the plaintext to the HTTP layer. Alerts end the stream (close_notify) or
+//! the connection; a TLS 1.3 KeyUpdate switches the receive key, and if the peer
+//! asks, a KeyUpdate of ours goes out before the next application data, followed by
+//! our new key.
 
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, IoSliceMut};
 use std::os::fd::AsFd;
 use std::rc::Rc;
-use std::time::Duration;
 
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 use crate::tls::control::{self, KEY_UPDATE_NOT_REQUESTED};
 use crate::tls::handshake::Established;
+use crate::tls::inbound::Inbound;
 use crate::tls::record::{self, Opener, Protocol, Sealer, MAX_PAYLOAD};
-use crate::tls::Control;
 
 /// Records sealed per `write`: 16 full records is 256 KiB of file data per syscall.
 pub const RECORDS_PER_WRITE: usize = 16;
@@ -81,19 +82,16 @@ impl RecordBuffers {
 
 pub struct UserTls {
     stream: TcpStream,
-    send_timeout: Duration,
+    pace: Pace,
     sealer: Sealer,
-    opener: Opener,
+    /// The receiving side: records read but not yet opened, close_notify, and
+    /// whether the peer asked for our key to change.
+    inbound: Inbound,
     kernel: KernelConnection<ServerConnectionData>,
     protocol: Protocol,
     /// Before sealing a batch at or past this sequence number, renew the key (TLS
     /// 1.3) or refuse (TLS 1.2, which cannot renew).
     rekey_at: u64,
-    /// The peer asked for our key to change (KeyUpdate with update_requested).
-    key_update_due: bool,
-    peer_closed: bool,
-    /// Received bytes not yet opened (at most one partial record after `read`).
-    rx: Vec<u8>,
     /// Plaintext held back by `write_all(.., more = true)`.
     held: Vec<u8>,
     buffers: Rc<RecordBuffers>,
@@ -180,30 +178,17 @@ struct FileBatch {
     read: usize,
 }
 
-/// A record that cannot be opened, and the alert that tells the peer why.
-fn record_violation(e: record::RecordError) -> control::Violation {
-    let alert = match e {
-        record::RecordError::BadMac => control::BAD_RECORD_MAC,
-        record::RecordError::Overflow => control::RECORD_OVERFLOW,
-        record::RecordError::Malformed => control::DECODE_ERROR,
-    };
-    control::Violation { alert: Some(alert), error: io::Error::new(io::ErrorKind::InvalidData, e) }
-}
-
 impl UserTls {
-    pub fn new(stream: TcpStream, est: Established, send_timeout: Duration, buffers: Rc<RecordBuffers>) -> UserTls {
+    pub fn new(stream: TcpStream, est: Established, limits: SendLimits, buffers: Rc<RecordBuffers>) -> UserTls {
         let limit = est.record_limit();
         UserTls {
             stream,
-            send_timeout,
+            pace: Pace::new(limits),
             sealer: Sealer::new(est.protocol, &est.secrets.tx.1, est.secrets.tx.0),
-            opener: Opener::new(est.protocol, &est.secrets.rx.1, est.secrets.rx.0),
+            inbound: Inbound::new(Opener::new(est.protocol, &est.secrets.rx.1, est.secrets.rx.0)),
             kernel: est.kernel,
             protocol: est.protocol,
             rekey_at: limit.saturating_sub(2 * RECORDS_PER_WRITE as u64 + 2),
-            key_update_due: false,
-            peer_closed: false,
-            rx: Vec::new(),
             held: Vec::new(),
             buffers,
             pending: Vec::new(),
@@ -215,49 +200,21 @@ impl UserTls {
         }
     }
 
-    /// Opens every complete record in `rx`, appending application data to `buf`.
-    /// Returns the bytes appended; sets `peer_closed` on close_notify.
+    /// Opens every complete record received, appending application data to `buf`;
+    /// a KeyUpdate takes the peer's next key from rustls's key schedule.
     fn open_records(&mut self, buf: &mut Vec<u8>) -> Result<usize, control::Violation> {
-        let mut appended = 0;
-        let mut consumed = 0;
-        while !self.peer_closed {
-            let rest = &mut self.rx[consumed..];
-            let Some(len) = self.opener.record_len(rest).map_err(record_violation)? else { break };
-            if rest.len() < len {
-                break;
-            }
-            let (content_type, range) = self.opener.open(&mut rest[..len]).map_err(record_violation)?;
-            let payload = &rest[range];
-            consumed += len;
-            if content_type == record::CONTENT_APPLICATION_DATA {
-                buf.extend_from_slice(payload);
-                appended += payload.len();
-                continue;
-            }
-            match control::classify(content_type, payload)? {
-                Control::CloseNotify => self.peer_closed = true,
-                Control::Ignore => {}
-                Control::KeyUpdate { requested } => {
-                    let (seq, secrets) = self.kernel.update_rx_secret().map_err(|e| control::Violation {
-                        alert: Some(control::UNEXPECTED_MESSAGE),
-                        error: io::Error::other(e),
-                    })?;
-                    self.opener.rekey(&secrets, seq);
-                    self.key_update_due |= requested;
-                }
-            }
-        }
-        self.rx.drain(..consumed);
-        if self.rx.is_empty() {
-            self.rx = Vec::new();
-        }
-        Ok(appended)
+        let kernel = &mut self.kernel;
+        self.inbound.open_records(buf, &mut |opener| {
+            let (seq, secrets) = kernel.update_rx_secret()?;
+            opener.rekey(&secrets, seq);
+            Ok(())
+        })
     }
 
     /// Starts a batch: if our key must change first, seals a KeyUpdate record at
     /// the front of `batch` and switches keys. Returns where the data records start.
     fn start_batch(&mut self, batch: &mut [u8]) -> Result<usize, SendError> {
-        let renew = self.key_update_due || self.sealer.seq() >= self.rekey_at;
+        let renew = self.inbound.key_update_due() || self.sealer.seq() >= self.rekey_at;
         if !renew {
             return Ok(0);
         }
@@ -269,7 +226,7 @@ impl UserTls {
         let n = self.sealer.seal(record::CONTENT_HANDSHAKE, batch, KEY_UPDATE_NOT_REQUESTED.len());
         let (seq, secrets) = self.kernel.update_tx_secret().map_err(|e| SendError::Io(io::Error::other(e)))?;
         self.sealer.rekey(&secrets, seq);
-        self.key_update_due = false;
+        self.inbound.key_update_sent();
         Ok(n)
     }
 
@@ -450,7 +407,7 @@ impl UserTls {
             match self.stream.try_write(bytes) {
                 Ok(n) => bytes = &bytes[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    socket::wait_writable(&self.stream, self.send_timeout).await?
+                    socket::wait_writable(&self.stream, &self.pace, self.body_bytes).await?
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
@@ -461,7 +418,7 @@ impl UserTls {
 }
 
 impl Transport for UserTls {
-    const KIND: crate::stats::TransportKind = crate::stats::TransportKind::UserTls;
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::UserTls;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
@@ -477,18 +434,16 @@ impl Transport for UserTls {
             if n > 0 {
                 return Ok(n);
             }
-            if self.peer_closed {
+            if self.inbound.peer_closed() {
                 return Ok(0);
             }
             // Room is made once bytes are there, and only as much as the record
             // being received needs: an idle connection holds no receive buffer.
             self.stream.readable().await?;
-            let want = match self.opener.record_len(&self.rx) {
-                Ok(Some(len)) => len.saturating_sub(self.rx.len()).max(1),
-                _ => RX_FIRST_READ_BYTES,
-            };
-            self.rx.reserve(want);
-            match self.stream.try_read_buf(&mut self.rx) {
+            let want = self.inbound.read_size(RX_FIRST_READ_BYTES);
+            let rx = self.inbound.rx();
+            rx.reserve(want);
+            match self.stream.try_read_buf(rx) {
                 Ok(0) => return Ok(0),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -541,7 +496,7 @@ impl Transport for UserTls {
                     }
                 } else {
                     let _ = self.stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-                    socket::wait_writable(&self.stream, self.send_timeout).await?;
+                    socket::wait_writable(&self.stream, &self.pace, self.body_bytes).await?;
                 }
             }
             let records = self.batch_records(stride).min(self.sizer.cap);
@@ -552,13 +507,17 @@ impl Transport for UserTls {
             let sent = result?;
             if sent == 0 && self.pending.is_empty() {
                 // The socket took nothing: wait for room before sealing again.
-                socket::wait_writable(&self.stream, self.send_timeout).await?;
+                socket::wait_writable(&self.stream, &self.pace, self.body_bytes).await?;
             }
             offset += sent as u64;
             len -= sent as u64;
             self.body_bytes += sent as u64;
         }
         self.flush_pending().await
+    }
+
+    fn begin_response(&mut self) {
+        self.pace.begin(self.body_bytes);
     }
 
     fn body_bytes_sent(&self) -> u64 {
@@ -582,6 +541,7 @@ mod tests {
     use crate::tls::handshake;
     use crate::tls::testing::{configs, ALL_SUITES};
     use std::io::{Read, Write};
+    use std::time::Duration;
 
     #[test]
     fn batch_sizer_backs_off_raises_the_socket_refuses() {
@@ -659,7 +619,9 @@ mod tests {
                 linerate_sys::tcp::set_notsent_lowat(sock.as_fd(), 16 * 1024).unwrap();
                 let mut stream = TcpStream::from_std(sock).unwrap();
                 let est = handshake::accept(&mut stream, server_config).await.unwrap();
-                let mut t = UserTls::new(stream, est, Duration::from_secs(20), Rc::new(RecordBuffers::default()));
+                let limits =
+                    SendLimits { timeout: Duration::from_secs(20), min_rate: 0, min_rate_after: Duration::ZERO };
+                let mut t = UserTls::new(stream, est, limits, Rc::new(RecordBuffers::default()));
                 let file = File::open(&path).unwrap();
                 t.write_all(b"head:", true).await.unwrap();
                 t.send_file(&file, 0, data.len() as u64).await.unwrap();

@@ -1,15 +1,15 @@
 //! `linerate tune`: checks a host for what a media-serving box depends on (kTLS,
 //! interrupt placement, steering, offloads, pacing, backlogs, memory headroom,
 //! open files), explains each finding, and with `--apply` makes the changes it can,
-//! recording the old values so `--revert` restores them. `linerate tune dim` runs
-//! the interrupt-moderation controller on a NIC.
+//! recording the old values so `--revert` restores them. [`moderation`] is the
+//! interrupt-moderation controller (`linerate tune dim`, the `[dim]` section).
 //!
 //! Everything is read under `--sysroot` (default `/`), so the checks run unchanged
 //! on fixture trees in tests and on a snapshot copied from another machine.
 
 mod checks;
-mod counters;
 mod features;
+mod queue_counters;
 
 pub mod moderation;
 mod nic;
@@ -17,41 +17,26 @@ mod state;
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Subcommand};
-
 use crate::sysfs::Host;
 use checks::Status;
 use features::{Features, LiveFeatures, SnapshotFeatures};
 
-#[derive(Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct TuneArgs {
-    #[command(subcommand)]
-    command: Option<TuneCommand>,
+/// What `linerate tune` (without a subcommand) does.
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Make the changes marked "change" (default: only print them).
-    #[arg(long, conflicts_with = "revert")]
-    apply: bool,
-    /// Restore every value a previous --apply changed.
-    #[arg(long)]
-    revert: bool,
+    pub apply: bool,
+    /// Restore every value a previous `apply` changed.
+    pub revert: bool,
     /// Root of the /proc and /sys trees to check (a snapshot or a test fixture).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    sysroot: PathBuf,
-    /// Where --apply records old values (default: SYSROOT/var/lib/linerate/tune-state.toml).
-    #[arg(long, value_name = "FILE")]
-    state_file: Option<PathBuf>,
+    pub sysroot: PathBuf,
+    /// Where `apply` records old values (default: SYSROOT/var/lib/linerate/tune-state.toml).
+    pub state_file: Option<PathBuf>,
 }
 
-#[derive(Subcommand)]
-enum TuneCommand {
-    /// Drive a NIC's receive interrupt coalescing with DIM (see docs/DIM.md).
-    Dim(moderation::DimArgs),
-}
-
-pub fn run(args: TuneArgs) -> anyhow::Result<()> {
-    if let Some(TuneCommand::Dim(a)) = args.command {
-        return moderation::run(&a);
-    }
+/// Checks the host under `args.sysroot` and prints the findings; applies or reverts
+/// the changes as asked.
+pub fn run(args: Options) -> anyhow::Result<()> {
     let sysroot =
         args.sysroot.canonicalize().map_err(|e| anyhow::anyhow!("--sysroot {}: {e}", args.sysroot.display()))?;
     let host = Host::new(&sysroot);

@@ -1,5 +1,7 @@
-//! `linerate tune dim`: dynamic interrupt moderation from user space, for NICs
-//! whose driver does not adapt coalescing itself.
+//! The interrupt-moderation controller: dynamic interrupt moderation from user
+//! space, for NICs whose driver does not adapt coalescing itself. `linerate tune dim`
+//! runs it in the foreground ([`run_until`]); the server runs one thread per NIC of
+//! its `[dim]` section ([`spawn`]).
 //!
 //! Every tick the controller reads each receive queue's packets, bytes and
 //! interrupts, feeds one [`Tuner`] per queue (or one for the device when the NIC
@@ -18,71 +20,44 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
-use linerate_dim::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
+use linerate_moderation::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
 use linerate_sys::ethtool::Coalesce;
-use serde::{Deserialize, Serialize};
 
-use super::counters::{self, QueueCounters};
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
+use super::queue_counters::{self, QueueCounters};
+use crate::config::ModerationConfig;
 use crate::sysfs::{Host, InterruptLine};
 
-#[derive(Args, Clone, Debug)]
-pub struct DimArgs {
+/// How one controller runs: on which interface, how often, for how long.
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Interface whose receive coalescing to drive.
-    #[arg(long, value_name = "IF")]
     pub iface: String,
     /// Sampling period.
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = humantime::parse_duration)]
     pub interval: Duration,
     /// Stop after this long (restoring the original settings).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
     /// Stop after this many samples.
-    #[arg(long, value_name = "N")]
     pub count: Option<u64>,
     /// Most coalescing writes per second to the device (all queues together).
-    #[arg(long, value_name = "N", default_value_t = 10.0)]
     pub max_writes_per_sec: f64,
     /// Drive the NIC even when its driver adapts coalescing itself (the driver's
-    /// mode is switched off while we run and restored at exit).
-    #[arg(long)]
+    /// mode is switched off while it runs and restored at exit).
     pub take_over: bool,
-}
-
-/// The `[dim]` section of the server configuration (see docs/DIM.md). The server
-/// runs the controller next to its workers with [`spawn`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DimConfig {
-    /// Interfaces to drive; empty = off.
-    pub interfaces: Vec<String>,
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    pub max_writes_per_sec: f64,
-    pub take_over: bool,
-}
-
-impl Default for DimConfig {
-    fn default() -> DimConfig {
-        DimConfig {
-            interfaces: Vec::new(),
-            interval: Duration::from_millis(100),
-            max_writes_per_sec: 10.0,
-            take_over: false,
-        }
-    }
 }
 
 /// Starts one controller thread per configured interface; each runs until `stop`
 /// is set, then restores the interface's settings. A thread whose NIC adapts by
 /// itself returns at once with [`Summary::stood_aside`] set.
-pub fn spawn(config: &DimConfig, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
+pub fn spawn(
+    config: &ModerationConfig,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
     config
         .interfaces
         .iter()
         .map(|iface| {
-            let args = DimArgs {
+            let opts = Options {
                 iface: iface.clone(),
                 interval: config.interval,
                 duration: None,
@@ -94,10 +69,10 @@ pub fn spawn(config: &DimConfig, stop: Arc<AtomicBool>) -> Vec<std::thread::Join
             std::thread::Builder::new()
                 .name(format!("dim-{iface}"))
                 .spawn(move || {
-                    let result = run_until(&args, &stop, |line| tracing::info!(target: "linerate::dim", "{line}"));
+                    let result = run_until(&opts, &stop, |line| tracing::info!(target: "linerate::dim", "{line}"));
                     if let Err(e) = &result {
                         // Reported as it happens, not when the server stops.
-                        tracing::warn!(target: "linerate::dim", iface = %args.iface, "interrupt moderation stopped: {e:#}");
+                        tracing::warn!(target: "linerate::dim", iface = %opts.iface, "interrupt moderation stopped: {e:#}");
                     }
                     result
                 })
@@ -115,35 +90,14 @@ pub struct Summary {
     pub restored: bool,
 }
 
-/// `linerate tune dim`: runs until the duration, the count or a signal.
-pub fn run(args: &DimArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.duration.is_some() || args.count.is_some(),
-        "give --duration or --count so the controller stops by itself (SIGINT/SIGTERM stop it too)"
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
-    let summary = run_until(args, &stop, |line| println!("{line}"))?;
-    match summary.stood_aside {
-        Some(why) => println!("{}: standing aside: {why}", args.iface),
-        None => println!(
-            "{}: {} samples, {} writes, original settings {}",
-            args.iface,
-            summary.samples,
-            summary.writes,
-            if summary.restored { "restored" } else { "untouched" }
-        ),
-    }
-    Ok(())
-}
-
-fn run_until(args: &DimArgs, stop: &AtomicBool, mut log: impl FnMut(&str)) -> anyhow::Result<Summary> {
-    anyhow::ensure!(args.interval >= Duration::from_millis(1), "--interval must be at least 1ms");
-    anyhow::ensure!(args.max_writes_per_sec > 0.0, "--max-writes-per-sec must be positive");
-    let nic = LiveNic::open(&args.iface).with_context(|| format!("{}: opening an ethtool socket", args.iface))?;
-    let mut c = match Controller::start(Host::new("/"), Box::new(nic), args)? {
+/// Runs one controller until `stop` is set, `opts.duration` has passed or
+/// `opts.count` samples were taken, then restores the interface's settings. Each
+/// line worth reporting (the plan, every change) goes to `log`.
+pub fn run_until(opts: &Options, stop: &AtomicBool, mut log: impl FnMut(&str)) -> anyhow::Result<Summary> {
+    anyhow::ensure!(opts.interval >= Duration::from_millis(1), "--interval must be at least 1ms");
+    anyhow::ensure!(opts.max_writes_per_sec > 0.0, "--max-writes-per-sec must be positive");
+    let nic = LiveNic::open(&opts.iface).with_context(|| format!("{}: opening an ethtool socket", opts.iface))?;
+    let mut c = match Controller::start(Host::new("/"), Box::new(nic), opts)? {
         Start::StandAside(why) => return Ok(Summary { stood_aside: Some(why), ..Summary::default() }),
         Start::Run(c) => c,
     };
@@ -152,8 +106,8 @@ fn run_until(args: &DimArgs, stop: &AtomicBool, mut log: impl FnMut(&str)) -> an
     let mut samples = 0;
     let result = loop {
         if stop.load(Ordering::Relaxed)
-            || args.count.is_some_and(|n| samples >= n)
-            || args.duration.is_some_and(|d| began.elapsed() >= d)
+            || opts.count.is_some_and(|n| samples >= n)
+            || opts.duration.is_some_and(|d| began.elapsed() >= d)
         {
             break Ok(());
         }
@@ -164,7 +118,7 @@ fn run_until(args: &DimArgs, stop: &AtomicBool, mut log: impl FnMut(&str)) -> an
         }
         samples += 1;
         // Sleep in short slices so a signal is noticed quickly.
-        let wake = Instant::now() + args.interval;
+        let wake = Instant::now() + opts.interval;
         while !stop.load(Ordering::Relaxed) && Instant::now() < wake {
             std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(50)));
         }
@@ -172,7 +126,7 @@ fn run_until(args: &DimArgs, stop: &AtomicBool, mut log: impl FnMut(&str)) -> an
     let writes = c.writes;
     let restored = c.restore();
     if let Err(e) = &restored {
-        log(&format!("{}: FAILED to restore the original coalescing: {e:#}", args.iface));
+        log(&format!("{}: FAILED to restore the original coalescing: {e:#}", opts.iface));
     }
     result?;
     restored?;
@@ -256,8 +210,8 @@ fn is_unsupported(e: &io::Error) -> bool {
 
 impl Controller {
     /// Reads the NIC and decides how to drive it, or why not to.
-    pub fn start(host: Host, nic: Box<dyn NicControl>, args: &DimArgs) -> anyhow::Result<Start> {
-        let iface = args.iface.clone();
+    pub fn start(host: Host, nic: Box<dyn NicControl>, opts: &Options) -> anyhow::Result<Start> {
+        let iface = opts.iface.clone();
         let info = host.interface(&iface).with_context(|| format!("{iface}: no such interface"))?;
         let driver = nic.driver().ok().filter(|d| !d.is_empty()).unwrap_or_else(|| info.driver.clone());
         let driver = if driver.is_empty() { "(unknown)".to_string() } else { driver };
@@ -279,19 +233,19 @@ impl Controller {
             }
         };
         if let Some(why) = adaptive(&original) {
-            if !args.take_over {
+            if !opts.take_over {
                 return Ok(Start::StandAside(format!("{why}; pass --take-over to replace it")));
             }
         }
-        let stats = counters::per_queue_from_stats(&nic.named_stats().unwrap_or_default());
-        let lines = counters::nic_interrupts(&host, &iface, &info.irqs, &[]);
-        let irq_queues = counters::interrupts_per_queue(&lines);
+        let stats = queue_counters::per_queue_from_stats(&nic.named_stats().unwrap_or_default());
+        let lines = queue_counters::nic_interrupts(&host, &iface, &info.irqs, &[]);
+        let irq_queues = queue_counters::interrupts_per_queue(&lines);
         let queues: Vec<u32> = stats.keys().copied().collect();
         let per_queue = queues.len() > 1 && queues.iter().all(|q| irq_queues.contains_key(q));
         let scope = match per_queue.then(|| nic.queue_coalesce(&queues)) {
             Some(Ok(originals)) => {
                 if let Some(why) = originals.iter().find_map(adaptive) {
-                    if !args.take_over {
+                    if !opts.take_over {
                         return Ok(Start::StandAside(format!("{why} on some queue; pass --take-over to replace it")));
                     }
                 }
@@ -318,7 +272,7 @@ impl Controller {
             scope,
             tuners,
             frames_supported: true,
-            budget: WriteBudget { per_sec: args.max_writes_per_sec, tokens: 1.0, last_usecs: None },
+            budget: WriteBudget { per_sec: opts.max_writes_per_sec, tokens: 1.0, last_usecs: None },
             failures_in_a_row: 0,
             last: None,
             writes: 0,
@@ -347,21 +301,21 @@ impl Controller {
     }
 
     fn read_counters(&self) -> anyhow::Result<Vec<QueueCounters>> {
-        let lines: Vec<InterruptLine> = counters::nic_interrupts(&self.host, &self.iface, &self.irqs, &[]);
-        let stats = counters::per_queue_from_stats(&self.nic.named_stats().unwrap_or_default());
+        let lines: Vec<InterruptLine> = queue_counters::nic_interrupts(&self.host, &self.iface, &self.irqs, &[]);
+        let stats = queue_counters::per_queue_from_stats(&self.nic.named_stats().unwrap_or_default());
         match &self.scope {
             Scope::Device { .. } => {
                 let (packets, bytes) = if stats.is_empty() {
-                    counters::device_totals(&self.host, &self.iface).with_context(|| {
+                    queue_counters::device_totals(&self.host, &self.iface).with_context(|| {
                         format!("{}: no receive counters in /sys/class/net/{}/statistics", self.iface, self.iface)
                     })?
                 } else {
                     stats.values().fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes))
                 };
-                Ok(vec![QueueCounters { packets, bytes, interrupts: counters::interrupts_total(&lines) }])
+                Ok(vec![QueueCounters { packets, bytes, interrupts: queue_counters::interrupts_total(&lines) }])
             }
             Scope::PerQueue { queues, .. } => {
-                let irqs = counters::interrupts_per_queue(&lines);
+                let irqs = queue_counters::interrupts_per_queue(&lines);
                 Ok(queues
                     .iter()
                     .map(|q| {
@@ -379,7 +333,7 @@ impl Controller {
         let counters = self.read_counters()?;
         let mut log = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let sample = linerate_dim::Sample {
+            let sample = linerate_moderation::Sample {
                 time_usecs: now_usecs,
                 packets: c.packets,
                 bytes: c.bytes,
@@ -628,8 +582,8 @@ mod tests {
         }
     }
 
-    fn args() -> DimArgs {
-        DimArgs {
+    fn options() -> Options {
+        Options {
             iface: "eth9".into(),
             interval: Duration::from_millis(100),
             duration: None,
@@ -639,7 +593,7 @@ mod tests {
         }
     }
 
-    fn start(h: &Host, fake: &Rc<RefCell<Fake>>, a: &DimArgs) -> Start {
+    fn start(h: &Host, fake: &Rc<RefCell<Fake>>, a: &Options) -> Start {
         Controller::start(h.clone(), Box::new(FakeNic(fake.clone())), a).unwrap()
     }
 
@@ -663,11 +617,11 @@ mod tests {
         let (_d, h) = host(1);
         let fake = Rc::new(RefCell::new(Fake { driver: "mlx5_core".into(), ..Fake::default() }));
         fake.borrow_mut().device.use_adaptive_rx = 1;
-        assert!(matches!(start(&h, &fake, &args()), Start::StandAside(w) if w.contains("use-adaptive-rx")));
+        assert!(matches!(start(&h, &fake, &options()), Start::StandAside(w) if w.contains("use-adaptive-rx")));
         let e1000e = Rc::new(RefCell::new(Fake { driver: "e1000e".into(), ..Fake::default() }));
         e1000e.borrow_mut().device.rx_usecs = 3;
         assert!(
-            matches!(start(&h, &e1000e, &args()), Start::StandAside(w) if w.contains("dynamic interrupt throttling"))
+            matches!(start(&h, &e1000e, &options()), Start::StandAside(w) if w.contains("dynamic interrupt throttling"))
         );
         assert!(e1000e.borrow().device_writes.is_empty() && fake.borrow().device_writes.is_empty());
     }
@@ -677,7 +631,7 @@ mod tests {
         let (_d, h) = host(1);
         let fake = Rc::new(RefCell::new(Fake { driver: "e1000e".into(), ..Fake::default() }));
         fake.borrow_mut().device.rx_usecs = 3; // the driver's dynamic mode
-        let a = DimArgs { take_over: true, ..args() };
+        let a = Options { take_over: true, ..options() };
         let Start::Run(mut c) = start(&h, &fake, &a) else { panic!("should take over") };
         let mut q = Queues { totals: vec![(0, 0, 0)] };
         run_ticks(&mut c, &mut q, &h, &fake, &[true], 0, 60);
@@ -705,7 +659,7 @@ mod tests {
         }));
         let mut q = Queues { totals: vec![(0, 0, 0); 2] };
         q.step(&h, &fake, &[true, false]);
-        let Start::Run(mut c) = start(&h, &fake, &args()) else { panic!("should run") };
+        let Start::Run(mut c) = start(&h, &fake, &options()) else { panic!("should run") };
         assert!(c.describe().contains("one tuner per receive queue"), "{}", c.describe());
         run_ticks(&mut c, &mut q, &h, &fake, &[true, false], 1, 80);
         {
@@ -723,7 +677,7 @@ mod tests {
     fn writes_are_capped() {
         let (_d, h) = host(1);
         let fake = Rc::new(RefCell::new(Fake { driver: "fake".into(), frames: true, ..Fake::default() }));
-        let a = DimArgs { max_writes_per_sec: 1.0, ..args() };
+        let a = Options { max_writes_per_sec: 1.0, ..options() };
         let Start::Run(mut c) = start(&h, &fake, &a) else { panic!() };
         let mut q = Queues { totals: vec![(0, 0, 0)] };
         // 3 seconds of samples every 10 ms under bulk traffic.
@@ -740,7 +694,7 @@ mod tests {
         let (_d, h) = host(1);
         let fake =
             Rc::new(RefCell::new(Fake { driver: "fake".into(), frames: true, fail_writes: true, ..Fake::default() }));
-        let Start::Run(mut c) = start(&h, &fake, &args()) else { panic!() };
+        let Start::Run(mut c) = start(&h, &fake, &options()) else { panic!() };
         let mut q = Queues { totals: vec![(0, 0, 0)] };
         let mut err = None;
         for t in 0..200u64 {
@@ -758,17 +712,13 @@ mod tests {
     fn an_unknown_interface_is_a_clear_error() {
         let (_d, h) = host(1);
         let fake = Rc::new(RefCell::new(Fake::default()));
-        let a = DimArgs { iface: "nope0".into(), ..args() };
+        let a = Options { iface: "nope0".into(), ..options() };
         let e = Controller::start(h, Box::new(FakeNic(fake)), &a).err().unwrap();
         assert!(e.to_string().contains("nope0: no such interface"), "{e}");
     }
 
     #[test]
-    fn dim_config_parses_and_spawns_nothing_when_empty() {
-        let c: DimConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
-        assert_eq!(c.interval, Duration::from_millis(250));
-        assert_eq!(c.max_writes_per_sec, 10.0);
-        assert!(toml::from_str::<DimConfig>("bogus = 1").is_err());
-        assert!(spawn(&DimConfig::default(), Arc::new(AtomicBool::new(true))).is_empty());
+    fn spawns_nothing_without_interfaces() {
+        assert!(spawn(&ModerationConfig::default(), Arc::new(AtomicBool::new(true))).is_empty());
     }
 }

@@ -38,6 +38,16 @@ impl Chooser {
     }
 }
 
+/// The TCP_INFO figures an access-log record carries for a sampled connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpFigures {
+    pub rtt_us: u32,
+    /// Segments retransmitted over the connection's life.
+    pub total_retransmits: u32,
+    /// The kernel's estimate of the delivery rate, in bits per second.
+    pub delivery_rate_bps: u64,
+}
+
 /// A sampled connection's own handle on its socket (a duplicate descriptor, so
 /// sampling never borrows the transport that is busy sending).
 pub struct Sampler {
@@ -49,9 +59,9 @@ impl Sampler {
         sock.as_fd().try_clone_to_owned().ok().map(|sock| Sampler { sock })
     }
 
-    /// Reads TCP_INFO and records it.
-    pub fn sample(&self, h: &TcpHistograms) {
-        let Ok(i) = linerate_sys::tcp::tcp_info(self.sock.as_fd()) else { return };
+    /// Reads TCP_INFO and records it; returns the figures an access log keeps.
+    pub fn sample(&self, h: &TcpHistograms) -> Option<TcpFigures> {
+        let i = linerate_sys::tcp::tcp_info(self.sock.as_fd()).ok()?;
         h.samples.add(1);
         h.rtt_seconds.observe(f64::from(i.rtt_usecs) / 1e6);
         h.rtt_variance_seconds.observe(f64::from(i.rtt_var_usecs) / 1e6);
@@ -64,6 +74,11 @@ impl Sampler {
         if i.pacing_rate_bytes > 0 && i.pacing_rate_bytes != u64::MAX {
             h.pacing_rate_bits.observe(i.pacing_rate_bytes as f64 * 8.0);
         }
+        Some(TcpFigures {
+            rtt_us: i.rtt_usecs,
+            total_retransmits: i.total_retrans,
+            delivery_rate_bps: i.delivery_rate_bytes.saturating_mul(8),
+        })
     }
 }
 

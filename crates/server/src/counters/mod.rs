@@ -1,4 +1,4 @@
-//! Per-worker statistics.
+//! Per-worker counters, gauges and histograms (`[stats]` configures the `TCP_INFO` sampling).
 //!
 //! Each worker owns one [`WorkerCounters`], alone on its cache lines, and is the
 //! only thread that writes it; readers (the admin endpoint, the supervisor) sum all
@@ -130,16 +130,19 @@ pub enum ErrorKind {
     Truncated,
     /// A disk read a response needed failed, timed out or was refused (queue full).
     Disk,
+    /// A response was sent slower on average than `client_limits.min_send_rate`.
+    SlowClient,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::BadRequest,
         ErrorKind::Accept,
         ErrorKind::Truncated,
         ErrorKind::Disk,
+        ErrorKind::SlowClient,
     ];
 
     pub fn label(self) -> &'static str {
@@ -150,6 +153,27 @@ impl ErrorKind {
             ErrorKind::Accept => "accept",
             ErrorKind::Truncated => "truncated",
             ErrorKind::Disk => "disk",
+            ErrorKind::SlowClient => "slow_client",
+        }
+    }
+}
+
+/// Which per-client limit refused a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The client already had `client_limits.max_connections` open.
+    Connections,
+    /// The client opened new connections faster than its token bucket allows.
+    Rate,
+}
+
+impl Refusal {
+    pub const ALL: [Refusal; 2] = [Refusal::Connections, Refusal::Rate];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Connections => "connections",
+            Refusal::Rate => "rate",
         }
     }
 }
@@ -267,6 +291,9 @@ pub struct WorkerCounters {
     pub head_bytes: Counter,
     /// Errors, indexed like [`ErrorKind::ALL`].
     pub errors: [Counter; ErrorKind::ALL.len()],
+    /// Requests under a signed-URL rule, by verdict, indexed like
+    /// [`linerate_urlauth::Verdict::LABELS`].
+    pub signed: [Counter; linerate_urlauth::Verdict::LABELS.len()],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
     /// Connections whose records the kernel protects (kTLS).
@@ -278,6 +305,9 @@ pub struct WorkerCounters {
     /// Connections whose SYN was received on a CPU of another NUMA node than the
     /// worker's (`SO_INCOMING_CPU`).
     pub cross_domain_connections: Counter,
+    /// Connections closed right after accept by a per-client limit, indexed like
+    /// [`Refusal::ALL`] (not counted in `connections_accepted`).
+    pub client_limit_refusals: [Counter; 2],
     /// Body bytes of responses whose page-cache pages were checked for their node.
     pub page_sampled_bytes: Counter,
     /// Of those, the share (in bytes) on another node than the worker's.
