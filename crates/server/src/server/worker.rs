@@ -493,18 +493,19 @@ mod tests {
     use super::*;
     use crate::transport::Transport;
 
+    /// The signature of `connection`, returning the future `F`.
+    type ConnectionFn<F> = fn(
+        Rc<Worker>,
+        TcpStream,
+        Scheme,
+        Arc<Settings>,
+        conn::ConnInfo,
+        tokio::sync::OwnedSemaphorePermit,
+        Option<ClientSlot>,
+    ) -> F;
+
     /// The size of the future `f` returns, without calling it.
-    fn task_size<F>(
-        _: fn(
-            Rc<Worker>,
-            TcpStream,
-            Scheme,
-            Arc<Settings>,
-            conn::ConnInfo,
-            tokio::sync::OwnedSemaphorePermit,
-            Option<ClientSlot>,
-        ) -> F,
-    ) -> usize {
+    fn task_size<F>(_: ConnectionFn<F>) -> usize {
         std::mem::size_of::<F>()
     }
 
