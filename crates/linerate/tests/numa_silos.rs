@@ -161,7 +161,19 @@ fn page_nodes_are_sampled_and_disk_placement_fills_cold_content() {
     assert!(curl(&["--fail", "-o", "/dev/null", &s.url("/big.bin")]).status.success());
     let filled = status(&s)["totals"]["body_filled_bytes"].as_u64().unwrap();
     if on_disk {
-        assert_eq!(filled, 4 << 20, "the evicted file was filled through the disk's domain");
+        // The first window waited for a fill. The second was read by a fill too, as
+        // read-ahead while the first was waited for, so it may have been resident
+        // (counted as such) by the time the response reached it.
+        assert!((2 << 20..=4 << 20).contains(&filled), "the evicted file waited for fills: {filled} bytes");
+        let fill_bytes = || -> u64 {
+            let st = status(&s);
+            st["cold"]["devices"].as_array().unwrap().iter().map(|d| d["fill_bytes"].as_u64().unwrap()).sum()
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || fill_bytes() == 4 << 20),
+            "every byte of the evicted file came through the fill pool: {} bytes",
+            fill_bytes()
+        );
     } else {
         assert_eq!(filled, 0, "no disk behind a tmpfs file");
     }
