@@ -284,7 +284,7 @@ async fn connection(
             let transport = Plain::new(stream, SendLimits::new(&settings.config));
             Box::pin(conn::serve(transport, &worker, &settings, info)).await;
         }
-        Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
+        Scheme::Https => Box::pin(serve_tls(stream, &worker, &settings, info)).await,
     }
 }
 
