@@ -56,10 +56,15 @@ impl Established {
 }
 
 /// Runs the server side of the handshake on `stream`.
+///
+/// Memory is taken only while there is work: nothing before the client's first
+/// byte arrives, and no record buffer while waiting for the client's next flight
+/// (a server under a flood of new sessions holds thousands of handshakes at once).
 pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result<Established, HandshakeError> {
+    stream.readable().await?;
     let mut conn = UnbufferedServerConnection::new(config)?;
-    let mut incoming: Vec<u8> = Vec::with_capacity(2048);
-    let mut outgoing: Vec<u8> = vec![0; 4096];
+    let mut incoming: Vec<u8> = Vec::new();
+    let mut outgoing: Vec<u8> = Vec::new();
     let mut out_len = 0;
     let mut sni = None;
     loop {
@@ -91,6 +96,7 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
             ConnectionState::TransmitTlsData(data) => {
                 stream.write_all(&outgoing[..out_len]).await?;
                 out_len = 0;
+                outgoing = Vec::new();
                 data.done();
             }
             ConnectionState::BlockedHandshake => need_record = true,
@@ -104,6 +110,9 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
             }
         }
         incoming.drain(..discard);
+        if incoming.is_empty() {
+            incoming = Vec::new();
+        }
         if done {
             break;
         }
