@@ -1,9 +1,11 @@
-//! The admin endpoint: `/metrics`, `/status`, `/healthz`, `/load`.
+//! The admin endpoint: `/`, `/metrics`, `/status`, `/healthz`, `/load`.
 //!
 //! It runs on a thread of its own with its own small event loop, on its own address
 //! (default 127.0.0.1:9090), so scraping never touches a worker: it reads the
 //! workers' counters (single-writer atomics) and sums them.
 //!
+//! - `/` (also `/dashboard`): a live page for people, drawn in the browser from
+//!   `/status` (`dashboard`).
 //! - `/metrics`: Prometheus/OpenMetrics text (prometheus-client).
 //! - `/status`: JSON, totals and one object per worker.
 //! - `/healthz`: 200 `ok` while serving, 503 `draining` during shutdown.
@@ -13,9 +15,11 @@
 //!   `agent-send`) gets the same line on the bare TCP connection.
 
 mod cold;
+mod dashboard;
 mod metrics;
 mod status;
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -197,43 +201,58 @@ async fn handle(
     };
     let target = req.target();
     let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let (status, content_type, body) = if !ok {
-        ("400 Bad Request", "text/plain; charset=utf-8", "bad request\n".to_string())
-    } else {
-        route(path, state, registry, gbps)
-    };
+    let reply = if !ok { Reply::text("400 Bad Request", "bad request\n") } else { route(path, state, registry, gbps) };
     let head_only = req.method == linerate_http::Method::Head;
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{}",
-        body.len(),
-        if head_only { "" } else { &body }
+        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: close\r\n\r\n{}",
+        reply.status,
+        reply.content_type,
+        reply.body.len(),
+        reply.headers,
+        if head_only { "" } else { &reply.body }
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
 }
 
-fn route(
-    path: &[u8],
-    state: &AdminState,
-    registry: &prometheus_client::registry::Registry,
-    gbps: f64,
-) -> (&'static str, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
+/// One answer of the admin endpoint.
+struct Reply {
+    status: &'static str,
+    content_type: &'static str,
+    body: Cow<'static, str>,
+    /// More header lines, each ending in CRLF.
+    headers: &'static str,
+}
+
+impl Reply {
+    fn new(status: &'static str, content_type: &'static str, body: impl Into<Cow<'static, str>>) -> Reply {
+        Reply { status, content_type, body: body.into(), headers: "" }
+    }
+
+    fn text(status: &'static str, body: impl Into<Cow<'static, str>>) -> Reply {
+        Reply::new(status, "text/plain; charset=utf-8", body)
+    }
+}
+
+fn route(path: &[u8], state: &AdminState, registry: &prometheus_client::registry::Registry, gbps: f64) -> Reply {
     match path {
+        b"/" | b"/dashboard" => {
+            Reply { headers: dashboard::headers(), ..Reply::new("200 OK", "text/html; charset=utf-8", dashboard::PAGE) }
+        }
         b"/metrics" => {
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, registry) {
-                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
-                Err(_) => ("500 Internal Server Error", TEXT, "cannot encode metrics\n".into()),
+                Ok(()) => Reply::new("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Err(_) => Reply::text("500 Internal Server Error", "cannot encode metrics\n"),
             }
         }
-        b"/status" => ("200 OK", "application/json", status::json(state, gbps)),
+        b"/status" => Reply::new("200 OK", "application/json", status::json(state, gbps)),
         b"/healthz" if state.shutting_down.load(Ordering::Relaxed) => {
-            ("503 Service Unavailable", TEXT, "draining\n".into())
+            Reply::text("503 Service Unavailable", "draining\n")
         }
-        b"/healthz" => ("200 OK", TEXT, "ok\n".into()),
-        b"/load" => ("200 OK", TEXT, format!("{}\n", state.load_line(gbps))),
-        _ => ("404 Not Found", TEXT, "not found: try /metrics, /status, /healthz or /load\n".into()),
+        b"/healthz" => Reply::text("200 OK", "ok\n"),
+        b"/load" => Reply::text("200 OK", format!("{}\n", state.load_line(gbps))),
+        _ => Reply::text("404 Not Found", "not found: try /, /metrics, /status, /healthz or /load\n"),
     }
 }
 
@@ -292,5 +311,23 @@ mod tests {
         assert_eq!(s2.load_line(0.0), "up 1%", "never 0, which HAProxy reads as drain");
         s2.shutting_down.store(true, Ordering::Relaxed);
         assert_eq!(s2.load_line(0.0), "drain");
+    }
+
+    #[test]
+    fn routes() {
+        let s = Arc::new(state(100, 0.0));
+        let registry = metrics::registry(s.clone());
+        for path in [&b"/"[..], b"/dashboard"] {
+            let r = route(path, &s, &registry, 0.0);
+            assert_eq!((r.status, r.content_type), ("200 OK", "text/html; charset=utf-8"));
+            assert!(r.body.starts_with("<!doctype html>") && r.body.contains("fetch('status'"));
+            assert!(r.headers.starts_with("Content-Security-Policy: default-src 'none';"), "{}", r.headers);
+            assert!(r.headers.ends_with("\r\n"));
+        }
+        let r = route(b"/status", &s, &registry, 0.0);
+        assert_eq!((r.status, r.headers), ("200 OK", ""));
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["totals"]["tls_handshake_failures"], 0);
+        assert_eq!(route(b"/index.html", &s, &registry, 0.0).status, "404 Not Found");
     }
 }
