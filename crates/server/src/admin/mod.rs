@@ -2,7 +2,8 @@
 //!
 //! It runs on a thread of its own with its own small event loop, on its own address
 //! (default 127.0.0.1:9090), so scraping never touches a worker: it reads the
-//! workers' counters (single-writer atomics) and sums them.
+//! workers' counters (single-writer atomics) and sums them. Connections are kept
+//! alive (5 s idle) for clients that ask, until shutdown begins.
 //!
 //! - `/` (also `/dashboard`): a live page for people, drawn in the browser from
 //!   `/status` (`dashboard`).
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use linerate_http::request::{Limits, Parsed};
+use linerate_http::request::{BodyFraming, Limits, Parsed};
 use linerate_http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -86,6 +87,7 @@ impl AdminState {
 
 /// How long a connection may stay silent before it is taken for an agent check.
 const AGENT_WAIT: Duration = Duration::from_millis(200);
+/// How long a request head may take, and a kept-alive connection may stay idle.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stops the admin endpoint from accepting (requests already read are answered).
@@ -156,7 +158,7 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>, stop: Ar
         };
         let (state, registry, gbps) = (state.clone(), registry.clone(), gbps.clone());
         tokio::task::spawn_local(async move {
-            if let Err(e) = handle(stream, &state, &registry, gbps.get()).await {
+            if let Err(e) = handle(stream, &state, &registry, &gbps).await {
                 tracing::debug!(%peer, "admin request: {e}");
             }
         });
@@ -170,49 +172,72 @@ async fn handle(
     mut stream: TcpStream,
     state: &AdminState,
     registry: &prometheus_client::registry::Registry,
-    gbps: f64,
+    gbps: &Cell<f64>,
 ) -> std::io::Result<()> {
     let mut probe = [0u8; 1];
     if tokio::time::timeout(AGENT_WAIT, stream.peek(&mut probe)).await.is_err() {
         // Nothing sent: an agent check.
-        stream.write_all(format!("{}\n", state.load_line(gbps)).as_bytes()).await?;
+        stream.write_all(format!("{}\n", state.load_line(gbps.get())).as_bytes()).await?;
         return stream.shutdown().await;
     }
     let mut buf = Vec::with_capacity(1024);
     let mut req = Request::default();
     let limits = Limits { max_head_bytes: 8192, max_uri_bytes: 1024, max_headers: 50 };
-    let parsed = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        loop {
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Ok(None);
+    // Keep-alive, so that a browser polling /status reuses its connection rather than
+    // opening one a second: a browser may open a connection ahead of need and leave it
+    // silent, which the check above would answer with the agent line.
+    loop {
+        let parsed = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            loop {
+                if !buf.is_empty() {
+                    match req.parse(&buf, &limits) {
+                        Ok(Parsed::Complete(n)) => return Ok(Some(Some(n))),
+                        Ok(Parsed::Partial) => {}
+                        Err(_) => return Ok(Some(None)),
+                    }
+                }
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Ok(None);
+                }
             }
-            match req.parse(&buf, &limits) {
-                Ok(Parsed::Complete(_)) => return Ok(Some(true)),
-                Ok(Parsed::Partial) => continue,
-                Err(_) => return Ok(Some(false)),
+        })
+        .await;
+        let head = match parsed {
+            Ok(Ok(Some(head))) => head,
+            Ok(Ok(None)) | Err(_) => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+        };
+        let reply = match head {
+            None => Reply::text("400 Bad Request", "bad request\n"),
+            Some(_) => {
+                let target = req.target();
+                let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+                route(path, state, registry, gbps.get())
             }
+        };
+        // A request with a body (which nothing here reads) ends the connection, and
+        // so does every answer once shutdown has begun: the next request goes to a
+        // new connection, which after a binary upgrade the new process answers.
+        let keep_alive = head.is_some()
+            && req.keep_alive
+            && req.body == BodyFraming::None
+            && !state.shutting_down.load(Ordering::Relaxed);
+        let head_only = req.method == linerate_http::Method::Head;
+        let response = format!(
+            "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: {}\r\n\r\n{}",
+            reply.status,
+            reply.content_type,
+            reply.body.len(),
+            reply.headers,
+            if keep_alive { "keep-alive" } else { "close" },
+            if head_only { "" } else { &reply.body }
+        );
+        stream.write_all(response.as_bytes()).await?;
+        match head {
+            Some(n) if keep_alive => drop(buf.drain(..n)),
+            _ => return stream.shutdown().await,
         }
-    })
-    .await;
-    let ok = match parsed {
-        Ok(Ok(Some(ok))) => ok,
-        Ok(Ok(None)) | Err(_) => return Ok(()),
-        Ok(Err(e)) => return Err(e),
-    };
-    let target = req.target();
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let reply = if !ok { Reply::text("400 Bad Request", "bad request\n") } else { route(path, state, registry, gbps) };
-    let head_only = req.method == linerate_http::Method::Head;
-    let response = format!(
-        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: close\r\n\r\n{}",
-        reply.status,
-        reply.content_type,
-        reply.body.len(),
-        reply.headers,
-        if head_only { "" } else { &reply.body }
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    }
 }
 
 /// One answer of the admin endpoint.
