@@ -222,7 +222,7 @@ async fn handle(
             && req.keep_alive
             && req.body == BodyFraming::None
             && !state.shutting_down.load(Ordering::Relaxed);
-        let head_only = req.method == linerate_http::Method::Head;
+        let head_only = head.is_some() && req.method == linerate_http::Method::Head;
         let response = format!(
             "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: {}\r\n\r\n{}",
             reply.status,
