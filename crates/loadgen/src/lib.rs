@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 mod catalogue;
+pub mod chart;
 mod client;
 mod cpu;
 mod exchange;

@@ -6,7 +6,9 @@
 //! `hot_ttfb_ms` (the same for the `--hot-titles` most popular titles, null
 //! without that option), `hot_ttfb_p99_ms` (its p99, for scripts),
 //! `rebuffers`, `rebuffer_ratio`, `stall_s`, `watch_s`, `client_cpu_s`,
-//! `client_cpu_s_per_gb`, and `timeline` (one object per second).
+//! `client_cpu_s_per_gb`, and `timeline` (one object per second: `t_s`, `gbps`,
+//! `requests`, `errors`, `rebuffers`, `sessions_playing`, `sessions_stalled` (each
+//! the average over that second), `ttfb_p99_ms`).
 
 use std::fmt::Write as _;
 
@@ -47,6 +49,12 @@ pub struct Second {
     pub requests: u64,
     pub errors: u64,
     pub rebuffers: u64,
+    /// Sessions playing (watching and not stalled), on average over the second.
+    pub sessions_playing: f64,
+    /// Sessions stalled (rebuffering), on average over the second.
+    pub sessions_stalled: f64,
+    /// TTFB p99 of the requests completed in this second (`null` if none).
+    pub ttfb_p99_ms: Option<f64>,
 }
 
 /// What the run was asked to do.
@@ -135,7 +143,13 @@ impl Summary {
             client_cpu_s: cpu_s,
             client_cpu_s_per_gb: if gb > 0.0 { cpu_s / gb } else { 0.0 },
             sessions_dropped_at_backstop: dropped,
-            timeline: stats.timeline.iter().enumerate().map(|(i, b)| Second::of(i, b, elapsed_s)).collect(),
+            timeline: stats
+                .timeline
+                .iter()
+                .zip(&stats.ttfb_timeline)
+                .enumerate()
+                .map(|(i, (b, ttfb))| Second::of(i, b, ttfb.as_ref(), elapsed_s))
+                .collect(),
         }
     }
 
@@ -203,7 +217,7 @@ impl Summary {
 
 impl Second {
     /// Second `i` of a run that lasted `elapsed_s` (the last one may be partial).
-    fn of(i: usize, b: &Bucket, elapsed_s: f64) -> Second {
+    fn of(i: usize, b: &Bucket, ttfb: Option<&Histogram<u32>>, elapsed_s: f64) -> Second {
         let span_s = (elapsed_s - i as f64).clamp(1e-3, 1.0);
         Second {
             t_s: i,
@@ -211,6 +225,9 @@ impl Second {
             requests: b.requests,
             errors: b.errors,
             rebuffers: b.rebuffers,
+            sessions_playing: (b.watching_s - b.stalled_s).max(0.0) / span_s,
+            sessions_stalled: b.stalled_s / span_s,
+            ttfb_p99_ms: ttfb.filter(|h| !h.is_empty()).map(|h| h.value_at_quantile(0.99) as f64 / 1000.0),
         }
     }
 }

@@ -144,8 +144,11 @@ impl Session {
             match self.fetch(title, i).await {
                 Ok(arrived) => {
                     failures = 0;
-                    if let Some(_late) = playback.arrived(plan.since_start(arrived), paced) {
-                        self.ctx.stats.borrow_mut().bucket(plan.since_start(arrived)).rebuffers += 1;
+                    let at = plan.since_start(arrived);
+                    if let Some(late) = playback.arrived(at, paced) {
+                        let mut stats = self.ctx.stats.borrow_mut();
+                        stats.bucket(at).rebuffers += 1;
+                        stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
                     }
                 }
                 Err(Stop::Ended) => break,
@@ -180,6 +183,10 @@ impl Session {
                 WorkerStats::record(&mut stats.play_delay_usecs, out.startup_wait);
             }
         }
+        if let Some((from, to)) = out.watching {
+            stats.spread(from, to, |b| &mut b.watching_s);
+        }
+        stats.spread(now.saturating_sub(out.open_stall), now, |b| &mut b.stalled_s);
         stats.rebuffers += u64::from(out.rebuffers);
         stats.stall += out.stall;
         stats.watch += out.watch;
@@ -247,7 +254,11 @@ impl Session {
                     let mut stats = ctx.stats.borrow_mut();
                     stats.requests += 1;
                     stats.bucket(plan.since_start(now)).requests += 1;
-                    stats.record_ttfb(title < plan.hot_titles, first_byte.unwrap_or(now) - began);
+                    stats.record_ttfb(
+                        title < plan.hot_titles,
+                        first_byte.unwrap_or(now) - began,
+                        plan.since_start(now),
+                    );
                     WorkerStats::record(&mut stats.segment_usecs, now - began);
                     ctx.live.add_request();
                     return Ok(now);
