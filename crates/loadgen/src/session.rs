@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 
 use tokio::time::{sleep_until, timeout_at};
 
-use super::client::{Conn, ConnectError};
+use super::client::{Conn, ConnectError, TlsTarget};
 use super::exchange::{exchange, Buffers, ExchangeError};
 use super::plan::Plan;
 use super::playback::Playback;
 use super::response::{Expect, ResponseError, ResponseReader};
 use super::stats::{ErrorKind, Live, WorkerStats};
+use super::tls::with_resumption;
 
 /// A worker's state, shared by its sessions (all on the worker's thread).
 pub struct WorkerCtx {
@@ -28,6 +29,9 @@ pub struct WorkerCtx {
     pub bufs: RefCell<Buffers>,
     pub stats: RefCell<WorkerStats>,
     pub live: Arc<Live>,
+    /// Each origin's TLS target with this worker's own session store (see
+    /// `tls::with_resumption`); `None` for plain HTTP.
+    tls: Vec<Option<TlsTarget>>,
     verify_files: RefCell<Vec<Option<File>>>,
 }
 
@@ -35,7 +39,19 @@ impl WorkerCtx {
     pub fn new(plan: Arc<Plan>, live: Arc<Live>) -> WorkerCtx {
         let titles = plan.catalogue.titles.len();
         let seconds = plan.duration.as_secs_f64().ceil() as usize;
+        let tls = plan
+            .catalogue
+            .origins
+            .iter()
+            .map(|o| {
+                o.tls.as_ref().map(|t| TlsTarget {
+                    config: with_resumption(&t.config, plan.resume),
+                    server_name: t.server_name.clone(),
+                })
+            })
+            .collect();
         WorkerCtx {
+            tls,
             plan,
             bufs: RefCell::new(Buffers::new()),
             stats: RefCell::new(WorkerStats::new(seconds)),
@@ -205,8 +221,16 @@ impl Session {
                 let origin = &plan.catalogue.origins[t.origin];
                 let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
                 ctx.stats.borrow_mut().connections += 1;
-                match timeout_at(limit.into(), Conn::open(origin.addr, origin.tls.as_ref())).await {
-                    Ok(Ok(c)) => self.conn = Some((t.origin, c)),
+                match timeout_at(limit.into(), Conn::open(origin.addr, ctx.tls[t.origin].as_ref())).await {
+                    Ok(Ok(c)) => {
+                        let mut stats = ctx.stats.borrow_mut();
+                        match c.resumed() {
+                            Some(true) => stats.handshakes_resumed += 1,
+                            Some(false) => stats.handshakes_full += 1,
+                            None => {}
+                        }
+                        self.conn = Some((t.origin, c));
+                    }
                     Ok(Err(e)) => {
                         if let ConnectError::Io(io) = &e {
                             count_reset(&ctx, io);
@@ -241,7 +265,7 @@ impl Session {
             }
             let kind = match result {
                 Ok(Ok(head)) => {
-                    if head.close {
+                    if head.close || plan.connection_per_request {
                         self.conn = None;
                     }
                     let mut stats = ctx.stats.borrow_mut();
