@@ -1,5 +1,5 @@
 //! `linerate bench` resumes TLS sessions with the linerate server by default (a
-//! worker's second connection resumes with the ticket its first one received), and
+//! session's second connection resumes with the ticket its first one received), and
 //! makes a full handshake on every connection with `--no-resume`.
 
 mod bench_support;

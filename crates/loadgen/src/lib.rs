@@ -11,7 +11,7 @@
 //! 4. A [`session`] is one viewer: it picks a title, fetches it segment by segment as
 //!    the [`playback`] model says (or back to back with `--max-rate`), over one
 //!    kept-alive connection ([`client`]: plain or rustls, TLS sessions resumed from
-//!    a per-worker store unless `--no-resume`; a new connection per request with
+//!    the viewer's own store unless `--no-resume`; a new connection per request with
 //!    `--connection-per-request`), one [`exchange`] at a time; responses are checked by [`response`] (heads parsed by httparse).
 //! 5. Each worker keeps its own [`stats`]; the main thread shows progress from
 //!    single-writer counters, merges the workers' results at the end, adds its own
@@ -125,8 +125,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     hot_titles: Option<u32>,
     /// Do not resume TLS sessions: every connection makes a full handshake. By default
-    /// a worker's connections resume, as browsers and players do (TLS 1.3 tickets,
-    /// TLS 1.2 tickets or session IDs), from a session store of that worker's own.
+    /// a session's connections resume, as browsers and players do (TLS 1.3 tickets,
+    /// TLS 1.2 tickets or session IDs), from a session store of that session's own.
     #[arg(long)]
     no_resume: bool,
     /// A new connection (and TLS handshake) for every request, closed once its

@@ -29,9 +29,6 @@ pub struct WorkerCtx {
     pub bufs: RefCell<Buffers>,
     pub stats: RefCell<WorkerStats>,
     pub live: Arc<Live>,
-    /// Each origin's TLS target with this worker's own session store (see
-    /// `tls::with_resumption`); `None` for plain HTTP.
-    tls: Vec<Option<TlsTarget>>,
     verify_files: RefCell<Vec<Option<File>>>,
 }
 
@@ -39,19 +36,7 @@ impl WorkerCtx {
     pub fn new(plan: Arc<Plan>, live: Arc<Live>) -> WorkerCtx {
         let titles = plan.catalogue.titles.len();
         let seconds = plan.duration.as_secs_f64().ceil() as usize;
-        let tls = plan
-            .catalogue
-            .origins
-            .iter()
-            .map(|o| {
-                o.tls.as_ref().map(|t| TlsTarget {
-                    config: with_resumption(&t.config, plan.resume),
-                    server_name: t.server_name.clone(),
-                })
-            })
-            .collect();
         WorkerCtx {
-            tls,
             plan,
             bufs: RefCell::new(Buffers::new()),
             stats: RefCell::new(WorkerStats::new(seconds)),
@@ -117,6 +102,9 @@ struct Session {
     ctx: Rc<WorkerCtx>,
     rng: fastrand::Rng,
     conn: Option<(usize, Conn)>,
+    /// Each origin's TLS target with this viewer's own session store (see
+    /// `tls::with_resumption`); `None` for plain HTTP.
+    tls: Vec<Option<TlsTarget>>,
     reader: ResponseReader,
     request: Vec<u8>,
 }
@@ -129,6 +117,17 @@ pub async fn run(ctx: Rc<WorkerCtx>, id: u32) {
     }
     let mut s = Session {
         rng: fastrand::Rng::with_seed(plan.seed ^ (u64::from(id) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        tls: plan
+            .catalogue
+            .origins
+            .iter()
+            .map(|o| {
+                o.tls.as_ref().map(|t| TlsTarget {
+                    config: with_resumption(&t.config, plan.resume),
+                    server_name: t.server_name.clone(),
+                })
+            })
+            .collect(),
         ctx,
         conn: None,
         reader: ResponseReader::default(),
@@ -221,7 +220,7 @@ impl Session {
                 let origin = &plan.catalogue.origins[t.origin];
                 let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
                 ctx.stats.borrow_mut().connections += 1;
-                match timeout_at(limit.into(), Conn::open(origin.addr, ctx.tls[t.origin].as_ref())).await {
+                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[t.origin].as_ref())).await {
                     Ok(Ok(c)) => {
                         let mut stats = ctx.stats.borrow_mut();
                         match c.resumed() {

@@ -6,10 +6,16 @@
 //! checked against the presented certificate, so the bench does the same
 //! cryptographic work per handshake as a verifying client would.
 //!
-//! Session resumption is on by default, as in browsers and players: each worker gives
-//! its connections one in-memory session store ([`with_resumption`]), so a worker's
-//! second connection to an origin resumes with a TLS 1.3 ticket or a TLS 1.2 ticket
-//! or session ID. `--no-resume` makes every handshake a full one.
+//! Session resumption is on by default, as in browsers and players: each session (one
+//! viewer) keeps an in-memory session store ([`with_resumption`]) for its
+//! connections, so its second connection to an origin resumes with a TLS 1.3 ticket
+//! or a TLS 1.2 ticket or session ID. `--no-resume` makes every handshake a full one.
+//!
+//! One store per viewer rather than one per worker: rustls's store keeps at most 8
+//! TLS 1.3 tickets per server, each used once, so a worker whose many connections
+//! end together (a server answering them in one batch) and reconnect together
+//! would find tickets for 8 of them only, and report full handshakes that no real
+//! viewer would make.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -66,17 +72,17 @@ pub fn client_config(trust: Trust<'_>) -> anyhow::Result<Arc<rustls::ClientConfi
     Ok(Arc::new(config))
 }
 
-/// Sessions one worker's store keeps (per server name, TLS 1.3 tickets and one
-/// TLS 1.2 session each; oldest dropped first).
-const SESSIONS_PER_WORKER: usize = 256;
+/// Size of one viewer's store: rustls keeps 8 TLS 1.3 tickets (and one TLS 1.2
+/// session) per server name, so this remembers 8 origins.
+const STORE_SIZE: usize = 64;
 
-/// A copy of `config` for one worker: with its own in-memory session store (tickets
-/// and TLS 1.2 session IDs) when `resume`, without resumption otherwise. A worker's
-/// connections share it; workers do not share one (a cold worker starts cold).
+/// A copy of `config` for one viewer: with its own in-memory session store (tickets
+/// and TLS 1.2 session IDs) when `resume`, without resumption otherwise. That
+/// viewer's connections share it; each viewer starts cold.
 pub fn with_resumption(config: &rustls::ClientConfig, resume: bool) -> Arc<rustls::ClientConfig> {
     let mut config = config.clone();
     config.resumption = if resume {
-        Resumption::in_memory_sessions(SESSIONS_PER_WORKER).tls12_resumption(Tls12Resumption::SessionIdOrTickets)
+        Resumption::in_memory_sessions(STORE_SIZE).tls12_resumption(Tls12Resumption::SessionIdOrTickets)
     } else {
         Resumption::disabled()
     };
