@@ -19,8 +19,12 @@
 # <1 is linerate cheaper). Fails if a run had errors, or if the resumed runs resumed
 # less than 90 % of their handshakes, or the full runs resumed any.
 #
+# --profile: instead of the rounds, one full-handshake load per server under
+# `perf record` (sampling the server's processes only) and where their CPU time
+# goes: by library, then the top symbols (`perf report --no-children`).
+#
 # Usage: bench/handshakes.sh [--quick] [--rounds N] [--duration S] [--workers N]
-#          [--bench-workers N] [--sessions N] [--json FILE] [--bin PATH]
+#          [--bench-workers N] [--sessions N] [--json FILE] [--bin PATH] [--profile]
 #   --workers N        server workers (nginx worker_processes, linerate --workers): 1
 #   --bench-workers N  client threads: 1 (the client verifies a signature and a
 #                      certificate per full handshake; on a small machine it
@@ -35,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-rounds=5 duration=10 workers=1 bench_workers=1 sessions=16 json="" bin=""
+rounds=5 duration=10 workers=1 bench_workers=1 sessions=16 json="" bin="" profile=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) rounds=1 duration=4 ;;
@@ -46,7 +50,8 @@ while [ $# -gt 0 ]; do
         --sessions) sessions=$2; shift ;;
         --json) json=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        --profile) profile=1 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -117,6 +122,7 @@ negotiated() {
 }
 ng_neg=$(negotiated "$nginx_url")
 lr_neg=$(negotiated "$linerate_url")
+[ "$profile" -eq 1 ] && rounds=1
 echo "handshakes: $workers server worker(s), bench with $bench_workers thread(s) and $sessions connections, ${duration}s x $rounds rounds"
 echo "host: $(nproc) CPUs, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "nginx negotiates:    $ng_neg"
@@ -149,6 +155,30 @@ print(server, mode, "%.1f" % j["handshakes_per_s"], "%.4f" % (ds / clk / k), "%.
 PY
     tail -1 "$results" | awk '{ printf "  %-9s %-8s %8.1f handshakes/s  server %.4f CPU-s/1000  machine %.4f CPU-s/1000  full %d resumed %d errors %d\n", $1, $2, $3, $4, $5, $6, $7, $8 }'
 }
+
+# --profile: perf record of each server under a full-handshake load, then exit.
+if [ "$profile" -eq 1 ]; then
+    require_tools perf
+    for s in linerate nginx; do
+        if [ "$s" = nginx ]; then targets=$(pgrep -P "$nginx_master" | paste -sd, -); else targets=$linerate_pid; fi
+        "$bin" bench --base-url "$(url_of "$s")" --files small.bin --cacert "$work/ca.pem" --sessions "$sessions" \
+            --workers "$bench_workers" --duration "$duration" --max-rate --segment-bytes 1024 \
+            --connection-per-request --no-resume --json > "$work/run.json" &
+        bench_pid=$!
+        pids+=("$bench_pid")
+        sleep 1
+        perf record -q -F 1999 -p "$targets" -o "$work/perf-$s.data" -- sleep $((duration > 3 ? duration - 2 : 1)) 2> /dev/null
+        wait "$bench_pid"
+        echo
+        echo "== $s, full handshakes: $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.0f handshakes/s" % j["handshakes_per_s"])' "$work/run.json")"
+        echo "-- by library (share of the server's samples)"
+        # sed, not head: it reads to the end, so no SIGPIPE fails the pipeline.
+        perf report -i "$work/perf-$s.data" --stdio --no-children --sort dso 2> /dev/null | sed -n '/^ *[0-9]/p' | sed -n 1,8p
+        echo "-- top symbols"
+        perf report -i "$work/perf-$s.data" --stdio --no-children --sort dso,sym 2> /dev/null | sed -n '/^ *[0-9]/p' | sed -n 1,30p
+    done
+    exit 0
+fi
 
 for r in $(seq 1 "$rounds"); do
     order="nginx linerate"
