@@ -6,9 +6,10 @@
 //! `hot_ttfb_ms` (the same for the `--hot-titles` most popular titles, null
 //! without that option), `hot_ttfb_p99_ms` (its p99, for scripts),
 //! `rebuffers`, `rebuffer_ratio`, `stall_s`, `watch_s`, `client_cpu_s`,
-//! `client_cpu_s_per_gb`, and `timeline` (one object per second: `t_s`, `gbps`,
-//! `requests`, `errors`, `rebuffers`, `sessions_playing`, `sessions_stalled` (each
-//! the average over that second), `ttfb_p99_ms`).
+//! `client_cpu_s_per_gb`, `handshakes_full`, `handshakes_resumed` (TLS handshakes
+//! by kind), `handshakes_per_s` (both kinds), and `timeline` (one object per second:
+//! `t_s`, `gbps`, `requests`, `errors`, `rebuffers`, `sessions_playing`,
+//! `sessions_stalled` (each the average over that second), `ttfb_p99_ms`).
 
 use std::fmt::Write as _;
 
@@ -72,6 +73,9 @@ pub struct Setup {
     pub zipf_exponent: f64,
     /// `--hot-titles`, at most the catalogue's size.
     pub hot_titles: Option<usize>,
+    /// TLS session resumption on (not `--no-resume`).
+    pub resume: bool,
+    pub connection_per_request: bool,
 }
 
 #[derive(Serialize)]
@@ -101,6 +105,9 @@ pub struct Summary {
     pub reconnects: u64,
     /// Connections reset or refused by the server, retried or not.
     pub resets: u64,
+    pub handshakes_full: u64,
+    pub handshakes_resumed: u64,
+    pub handshakes_per_s: f64,
     pub verified_bytes: u64,
     pub client_cpu_s: f64,
     pub client_cpu_s_per_gb: f64,
@@ -139,6 +146,9 @@ impl Summary {
             connections: stats.connections,
             reconnects: stats.reconnects,
             resets: stats.resets,
+            handshakes_full: stats.handshakes_full,
+            handshakes_resumed: stats.handshakes_resumed,
+            handshakes_per_s: (stats.handshakes_full + stats.handshakes_resumed) as f64 / elapsed_s.max(1e-9),
             verified_bytes: stats.verified_bytes,
             client_cpu_s: cpu_s,
             client_cpu_s_per_gb: if gb > 0.0 { cpu_s / gb } else { 0.0 },
@@ -174,6 +184,17 @@ impl Summary {
             "throughput   {:.3} Gb/s  {} bytes  {} requests ({:.1}/s)  {} connections",
             self.gbps, self.bytes, self.requests, self.requests_per_s, self.connections
         );
+        if self.handshakes_full + self.handshakes_resumed > 0 {
+            let _ = writeln!(
+                o,
+                "handshakes   {} full  {} resumed  {:.1}/s  (resumption {}{})",
+                self.handshakes_full,
+                self.handshakes_resumed,
+                self.handshakes_per_s,
+                if s.resume { "on" } else { "off" },
+                if s.connection_per_request { ", a new connection per request" } else { "" }
+            );
+        }
         let errors: Vec<String> = self.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "errors       {}", errors.join("  "));
         if let Some(e) = &self.first_error {

@@ -85,6 +85,10 @@ pub struct WorkerStats {
     /// Connections reset or refused by the server (ECONNRESET, ECONNABORTED,
     /// ECONNREFUSED), whether or not the request was then retried.
     pub resets: u64,
+    /// TLS handshakes completed in full (no session resumed).
+    pub handshakes_full: u64,
+    /// TLS handshakes that resumed a session (ticket or TLS 1.2 session ID).
+    pub handshakes_resumed: u64,
     pub timeline: Vec<Bucket>,
     /// TTFB of the requests completed in each second (allocated on first use).
     pub ttfb_timeline: Vec<Option<Histogram<u32>>>,
@@ -110,6 +114,8 @@ impl WorkerStats {
             connections: 0,
             reconnects: 0,
             resets: 0,
+            handshakes_full: 0,
+            handshakes_resumed: 0,
             timeline: vec![Bucket::default(); seconds.max(1)],
             ttfb_timeline: vec![None; seconds.max(1)],
             first_failure: None,
@@ -171,6 +177,8 @@ impl WorkerStats {
         self.connections += other.connections;
         self.reconnects += other.reconnects;
         self.resets += other.resets;
+        self.handshakes_full += other.handshakes_full;
+        self.handshakes_resumed += other.handshakes_resumed;
         if self.timeline.len() < other.timeline.len() {
             self.timeline.resize(other.timeline.len(), Bucket::default());
         }
@@ -242,12 +250,15 @@ mod tests {
         WorkerStats::record(&mut a.ttfb_usecs, Duration::from_millis(1));
         WorkerStats::record(&mut b.ttfb_usecs, Duration::from_millis(9));
         a.errors[ErrorKind::Timeout as usize] = 2;
+        (a.handshakes_full, a.handshakes_resumed) = (1, 4);
+        (b.handshakes_full, b.handshakes_resumed) = (2, 8);
         b.errors[ErrorKind::Timeout as usize] = 3;
         b.bucket(Duration::from_secs(2)).bytes = 7;
         a.bucket(Duration::from_millis(500)).bytes = 5;
         a.merge(&b);
         assert_eq!(a.ttfb_usecs.len(), 2);
         assert_eq!(a.errors[ErrorKind::Timeout as usize], 5);
+        assert_eq!((a.handshakes_full, a.handshakes_resumed), (3, 12));
         assert_eq!(a.timeline.len(), 3);
         assert_eq!(a.timeline[0].bytes, 5);
         assert_eq!(a.timeline[2].bytes, 7);

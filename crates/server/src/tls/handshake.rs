@@ -100,7 +100,17 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
                 data.done();
             }
             ConnectionState::BlockedHandshake => need_record = true,
-            ConnectionState::WriteTraffic(_) => done = true,
+            ConnectionState::WriteTraffic(_) => {
+                // The flight ends with a TransmitTlsData, so nothing should be left;
+                // were rustls ever to end it without one, the session tickets would be
+                // lost (no resumption) and the sequence numbers handed to the record
+                // layer would count records the client never saw.
+                if out_len > 0 {
+                    stream.write_all(&outgoing[..out_len]).await?;
+                    out_len = 0;
+                }
+                done = true;
+            }
             ConnectionState::PeerClosed | ConnectionState::Closed => return Err(HandshakeError::Closed),
             _ => {
                 return Err(HandshakeError::Io(io::Error::new(
