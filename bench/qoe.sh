@@ -19,8 +19,10 @@
 #             Every run is an overload: it shows how each server degrades.
 #   --load fixed: a load both servers carry with no rebuffer here, the same for both,
 #             so the machine's busy CPU at that load is the efficiency verdict:
-#             HTTP 8000 sessions at 2.5 Mb/s (20 Gb/s offered), HTTPS 3000 sessions
-#             at 1 Mb/s (3 Gb/s), started at 200 per second, 90 s, 3 rounds.
+#             HTTP 8000 sessions at 1.25 Mb/s (10 Gb/s offered once all play, about
+#             14 Gb/s moved with the start-ups), HTTPS 4000 sessions at 1 Mb/s (4 Gb/s,
+#             about 6.6 Gb/s moved), each protocol's sessions started over 40 s, 60 s
+#             runs, 3 rounds.
 #   --http-load / --https-load N@R: N sessions at R Mb/s for that protocol.
 #   defaults otherwise: 50 titles of 64 MiB, 2 server workers.
 #   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
@@ -54,7 +56,7 @@ while [ $# -gt 0 ]; do
         --load)
             case "$2" in
                 overload) label=overload sessions=10000 bitrate=5 ramp=1000 duration=60 ;;
-                fixed) label=fixed http_load=8000@2.5 https_load=3000@1 ramp=200 duration=90 rounds=3 ;;
+                fixed) label=fixed http_load=8000@1.25 https_load=4000@1 ramp=per-load duration=60 rounds=3 ;;
                 *) echo "--load: overload or fixed, not $2" >&2; exit 2 ;;
             esac
             shift ;;
@@ -82,12 +84,14 @@ done
 for l in "$http_load" "$https_load"; do
     [ -z "$l" ] || [[ "$l" =~ ^[0-9]+@[0-9.]+$ ]] || { echo "a load is SESSIONS@MBPS, not $l" >&2; exit 2; }
 done
-# The sessions and bitrate of one protocol's runs: "SESSIONS BITRATE".
+# The sessions, bitrate and start rate of one protocol's runs: "SESSIONS BITRATE RAMP".
+# With --load fixed, each protocol's sessions all start within 40 s.
 load_of() {
-    local l=""
+    local l="" n r
     [ "$1" = http ] && l=$http_load
     [ "$1" = https ] && l=$https_load
-    if [ -n "$l" ]; then echo "${l%@*} ${l#*@}"; else echo "$sessions $bitrate"; fi
+    if [ -n "$l" ]; then n=${l%@*} r=${l#*@}; else n=$sessions r=$bitrate; fi
+    if [ "$ramp" = per-load ]; then echo "$n $r $(( (n + 39) / 40 ))"; else echo "$n $r $ramp"; fi
 }
 mkdir -p "$out"
 
@@ -118,11 +122,11 @@ tree_usage() {
 
 results="$work/results"
 run_one() { # protocol server round
-    local proto=$1 server=$2 round=$3 load_sessions load_bitrate
-    read -r load_sessions load_bitrate < <(load_of "$proto")
+    local proto=$1 server=$2 round=$3 load_sessions load_bitrate load_ramp
+    read -r load_sessions load_bitrate load_ramp < <(load_of "$proto")
     if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" || exit 1; fi
     local ramp_args=()
-    [ "$ramp" != 0 ] && ramp_args=(--ramp "$ramp")
+    [ "$load_ramp" != 0 ] && ramp_args=(--ramp "$load_ramp")
     local name="$out/qoe-$label-$proto-r$round-$server"
     local clk rss ticks ticks0 t0_ns now_ns peak=0 samples=()
     clk=$(getconf CLK_TCK)
@@ -172,8 +176,11 @@ PY
 
 if [ -n "$http_load$https_load" ]; then
     loads=""
-    for proto in $protocols; do read -r n r < <(load_of "$proto"); loads="$loads $proto: $n sessions at $r Mb/s;"; done
-    echo "QoE ($label load):$loads 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
+    for proto in $protocols; do
+        read -r n r p < <(load_of "$proto")
+        loads="$loads $proto: $n sessions at $r Mb/s started at $p/s;"
+    done
+    echo "QoE ($label load):$loads 2 MiB segments, ${duration}s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
 else
     echo "QoE ($label load): $sessions sessions at $bitrate Mb/s, 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
 fi
@@ -186,7 +193,7 @@ for round in $(seq 1 "$rounds"); do
         for server in $order; do
             run_one "$proto" "$server" "$round"
         done
-        read -r n r < <(load_of "$proto")
+        read -r n r _ < <(load_of "$proto")
         "$bin" chart --out "$out/qoe-$label-$proto-r$round.svg" \
             --title "$proto, $n sessions at $r Mb/s ($label load), round $round" \
             "nginx=$out/qoe-$label-$proto-r$round-nginx.json,$out/qoe-$label-$proto-r$round-nginx.samples" \
