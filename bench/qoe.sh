@@ -81,6 +81,8 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$quick" -eq 1 ] && dir="$dir-quick"
+# Loads given by hand are neither preset: say so in the titles and file names.
+[ "$label" = overload ] && [ -n "$http_load$https_load" ] && label=custom
 for l in "$http_load" "$https_load"; do
     [ -z "$l" ] || [[ "$l" =~ ^[0-9]+@[0-9.]+$ ]] || { echo "a load is SESSIONS@MBPS, not $l" >&2; exit 2; }
 done
