@@ -1,10 +1,13 @@
 //! `linerate capacity --quick --json`: measures this host in a few seconds and gives
-//! positive, plausible figures and a named limit for every mode.
+//! positive, plausible figures and a named limit for every mode; a server given its
+//! output (`admin.capacity_model`) reports served Gb/s against it in /status and /load.
+
+mod common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_linerate");
+use common::*;
 
 fn run(args: &[&str]) -> std::process::Output {
     let out = Command::new(BIN).args(args).output().unwrap();
@@ -85,4 +88,67 @@ fn text_table_names_each_mode_and_its_limit() {
     for r in rows {
         assert!(r.contains(" cpu") || r.contains(" memory") || r.contains(" nic"), "{r}");
     }
+}
+
+/// A model whose plain loopback ceiling is 1 Gb/s (one core, 125 MB per CPU-second of
+/// sender and receiver, memory far from binding): a 20 MB/s download is about 16 %
+/// of it.
+#[test]
+fn status_reports_served_gbps_against_the_model() {
+    let c = Content::new();
+    c.write_random("big.bin", 64 << 20, 3);
+    let model = tempfile::tempdir().unwrap();
+    let file = model.path().join("capacity.json");
+    let rates = serde_json::json!({
+        "sendfile_sender": 1e9, "sendfile_pair": 125e6, "seal": 1e9, "client_open": 1e9, "copy_core": 1e9
+    });
+    let inputs = serde_json::json!({
+        "cores": 1, "memory_bandwidth": 1e12, "rates": rates,
+        "nic_bits_per_second": null, "nic_tls_offload": false, "kernel_tls": false
+    });
+    std::fs::write(&file, serde_json::json!({ "inputs": inputs }).to_string()).unwrap();
+    let cfg = ConfigFile::new(&format!(
+        "root = {:?}\n[admin]\ncapacity_model = {:?}\ncapacity_model_clients = \"loopback\"\n",
+        c.path(),
+        file
+    ));
+    let s = Server::start(&["--config", cfg.arg(), "--workers", "1"]);
+    let status =
+        || -> serde_json::Value { serde_json::from_slice(&curl(&["--fail", &s.admin_url("/status")]).stdout).unwrap() };
+    let before = status();
+    assert_eq!(before["capacity"]["clients"], "loopback", "{before}");
+    assert!(before["capacity"]["ceiling_gbps"].is_null(), "nothing served yet: {before}");
+
+    let out = model.path().join("big.out");
+    let _download = slow_download(&s.url("/big.bin"), "20M", &out);
+    let mut last = serde_json::Value::Null;
+    let seen = eventually(Duration::from_secs(10), || {
+        last = status();
+        let cap = &last["capacity"];
+        let gbps = last["gbps"].as_f64().unwrap_or(0.0);
+        cap["ceiling_gbps"].as_f64().is_some_and(|c| (c - 1.0).abs() < 1e-9)
+            && gbps > 0.05
+            && cap["share"].as_f64().is_some_and(|sh| (sh - gbps).abs() < 1e-9)
+    });
+    assert!(seen, "{last}");
+    // /load, with no capacity_gbps, uses the model's ceiling: the same snapshot's
+    // line is 100 x (1 - share) (the one connection of thousands allowed counts for
+    // nothing).
+    let share = last["capacity"]["share"].as_f64().unwrap();
+    let weight = ((1.0 - share) * 100.0).round().clamp(1.0, 100.0) as u32;
+    assert_eq!(last["load"], format!("up {weight}%"), "{last}");
+    assert_ne!(weight, 100);
+}
+
+#[test]
+fn a_server_refuses_a_capacity_model_that_is_not_one() {
+    let c = Content::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("capacity.json");
+    std::fs::write(&file, "{\"inputs\": {}}").unwrap();
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[admin]\ncapacity_model = {:?}\n", c.path(), file));
+    let out = Command::new(BIN).args(["serve", "--config", cfg.arg(), "--listen", "127.0.0.1:0"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("admin.capacity_model"), "{err}");
 }

@@ -17,7 +17,7 @@
 
 pub mod measure;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How the response bodies leave the box.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -106,7 +106,7 @@ impl Mode {
 }
 
 /// Where the bytes go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Path {
     /// Out of the NICs to clients elsewhere.
@@ -116,7 +116,7 @@ pub enum Path {
 }
 
 /// Per-core rates the model needs, in bytes per CPU-second.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rates {
     /// `sendfile` to a loopback socket, the sending thread's CPU time only.
     pub sendfile_sender: f64,
@@ -134,7 +134,7 @@ pub struct Rates {
 }
 
 /// Everything the prediction is computed from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Inputs {
     /// CPUs that serve (the process's affinity mask).
     pub cores: usize,
@@ -261,6 +261,53 @@ pub fn mix_ceiling(inputs: &Inputs, path: Path, shares: &[(Mode, f64)]) -> Optio
         best = best.min(nic);
     }
     Some(best)
+}
+
+/// Reads the model's inputs from a `linerate capacity --json` output, checking
+/// that every rate is a positive number.
+pub fn load_inputs(file: &std::path::Path) -> anyhow::Result<Inputs> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
+    let inputs: Inputs = serde_json::from_value(v.get("inputs").cloned().unwrap_or_default())
+        .with_context(|| format!("{}: no `inputs` object of `linerate capacity --json`", file.display()))?;
+    let r = &inputs.rates;
+    let positive = [inputs.memory_bandwidth, r.sendfile_sender, r.sendfile_pair, r.seal, r.client_open, r.copy_core]
+        .iter()
+        .all(|x| x.is_finite() && *x > 0.0);
+    anyhow::ensure!(
+        positive && inputs.cores > 0 && inputs.nic_bits_per_second.is_none_or(|n| n.is_finite() && n > 0.0),
+        "{}: the capacity model's inputs must be positive numbers",
+        file.display()
+    );
+    Ok(inputs)
+}
+
+/// Bytes served per transport over an interval, as the server counts them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Served {
+    pub plain: f64,
+    /// kTLS bytes; `ktls_offload_share` of them taken to be encrypted by the NIC.
+    pub ktls: f64,
+    pub ktls_offload_share: f64,
+    pub user_tls: f64,
+}
+
+/// The ceiling (bits per second) for the mix of transports in `served`; `None` when
+/// nothing was served.
+pub fn served_mix_ceiling(inputs: &Inputs, path: Path, served: &Served) -> Option<f64> {
+    let offload = served.ktls_offload_share.clamp(0.0, 1.0);
+    let mut shares = vec![
+        (Mode::Plain, served.plain),
+        (Mode::KtlsSoftware, served.ktls * (1.0 - offload)),
+        (Mode::UserTls, served.user_tls),
+    ];
+    // Loopback has no NIC to offload to.
+    match path {
+        Path::Network => shares.push((Mode::KtlsOffload, served.ktls * offload)),
+        Path::Loopback => shares[1].1 = served.ktls,
+    }
+    mix_ceiling(inputs, path, &shares)
 }
 
 /// The text table `linerate capacity` prints.
@@ -406,6 +453,35 @@ mod tests {
         let half = mix_ceiling(&i, Path::Loopback, &[(Mode::Plain, 1.0), (Mode::UserTls, 1.0)]).unwrap();
         assert!(close(half, 1.0 / (0.5 / plain + 0.5 / tls)), "{half} {plain} {tls}");
         assert_eq!(mix_ceiling(&i, Path::Loopback, &[(Mode::Plain, 0.0)]), None);
+    }
+
+    #[test]
+    fn served_mix_weighs_modes_by_bytes_and_offload_only_on_the_network() {
+        let i = inputs();
+        let only_plain = Served { plain: 5.0, ..Default::default() };
+        let plain = ceiling(&i, Mode::Plain, Path::Network).ceiling_bps;
+        assert!(close(served_mix_ceiling(&i, Path::Network, &only_plain).unwrap(), plain));
+        let ktls = Served { ktls: 4.0, ktls_offload_share: 1.0, ..Default::default() };
+        let off = ceiling(&i, Mode::KtlsOffload, Path::Network).ceiling_bps;
+        assert!(close(served_mix_ceiling(&i, Path::Network, &ktls).unwrap(), off));
+        let sw = ceiling(&i, Mode::KtlsSoftware, Path::Loopback).ceiling_bps;
+        assert!(close(served_mix_ceiling(&i, Path::Loopback, &ktls).unwrap(), sw));
+        assert_eq!(served_mix_ceiling(&i, Path::Network, &Served::default()), None);
+    }
+
+    #[test]
+    fn inputs_load_from_the_json_output_and_bad_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("capacity.json");
+        let doc = serde_json::json!({ "cipher": "aes-128-gcm", "inputs": inputs(), "ceilings": predict(&inputs()) });
+        std::fs::write(&file, doc.to_string()).unwrap();
+        assert_eq!(load_inputs(&file).unwrap(), inputs());
+        let mut bad = inputs();
+        bad.rates.seal = 0.0;
+        std::fs::write(&file, serde_json::json!({ "inputs": bad }).to_string()).unwrap();
+        assert!(load_inputs(&file).unwrap_err().to_string().contains("positive"));
+        std::fs::write(&file, "{}").unwrap();
+        assert!(load_inputs(&file).is_err());
     }
 
     #[test]
