@@ -20,13 +20,14 @@
 # the same rounds ("nginx-log": `access_log ... combined buffer=64k flush=1s`, nginx's
 # buffered logging; "linerate-log": `--access-log`, JSON lines), and a second table
 # gives each server's Gb/s with the log on against off and its server CPU time per
-# request both ways: what logging costs.
+# request both ways: what logging costs. --log-format combined makes linerate write
+# nginx's format too, so both write the same kind of line.
 #
 # --range-bytes N asks for the first N bytes of each file instead of 2 MiB (e.g. 1024,
 # to see per-request costs such as logging).
 #
-# Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S] [--access-log] [--range-bytes N]
-#          [--workers N] [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
+# Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S] [--access-log]
+#          [--log-format json|combined] [--range-bytes N] [--workers N] [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
 #   --quick   1 round of 2 s per workload, 2 files of 16 MiB: a smoke test.
 #
 # Needs: nginx, wrk, iperf3, python3 (Debian packages), and cargo to build linerate.
@@ -36,7 +37,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
-files=8 file_mib=256 quick=0 access_log=0 range_bytes=2097152
+files=8 file_mib=256 quick=0 access_log=0 log_format=json range_bytes=2097152
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
@@ -48,8 +49,10 @@ while [ $# -gt 0 ]; do
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
         --access-log) access_log=1 ;;
+        --log-format) log_format=$2; shift
+            case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac ;;
         --range-bytes) range_bytes=$2; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -122,9 +125,10 @@ linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | hea
 linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
 if [ "$access_log" -eq 1 ]; then
-    "$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
-        --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info \
-        --access-log "$work/linerate-access.log" > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
+    printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/linerate-access.log" "$log_format" > "$work/linerate-log.toml"
+    "$bin" serve --config "$work/linerate-log.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 \
+        --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" --key "$work/key.pem" --workers "$workers" \
+        --admin 127.0.0.1:0 --log-level info > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
     pids+=($!)
     linerate_log_pid=$!
     wait_for_line "$work/linerate-log.out" '^listening https://' || true

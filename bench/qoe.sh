@@ -6,18 +6,33 @@
 # each with `linerate bench`: N paced sessions at a target bitrate, 2 MiB segments,
 # 3 start-up segments, for a fixed duration. One run per (protocol, server), one
 # after the other. Prints a table: Gb/s, play delay p50/p99, TTFB p99, rebuffer
-# ratio, errors, the server's peak RSS (all nginx processes summed), the whole
-# machine's busy CPU during the run (from /proc/stat: at the same offered load, CPU
-# spent is the efficiency figure), and the client's own CPU.
+# ratio, errors, the server's peak and steady RSS (all nginx processes summed), the
+# whole machine's busy CPU during the run (from /proc/stat, without the time of
+# niced processes, see machine_ticks in bench/lib.sh: at the same offered load, CPU
+# spent is the efficiency figure), the server's own CPU and the client's.
 #
-# Usage: bench/qoe.sh [--quick] [--sessions N] [--duration S] [--bitrate-mbps R]
-#          [--ramp N] [--titles N] [--title-mib M] [--workers N] [--protocols "http https"]
-#          [--rounds N] [--dir DIR] [--bin PATH]
-#   defaults: 10000 sessions at 5 Mb/s for 60 s, started at 1000 per second,
-#             50 titles of 64 MiB, 2 server workers.
+# Usage: bench/qoe.sh [--quick] [--load overload|fixed] [--sessions N] [--duration S]
+#          [--bitrate-mbps R] [--http-load N@R] [--https-load N@R] [--ramp N]
+#          [--titles N] [--title-mib M] [--workers N] [--protocols "http https"]
+#          [--rounds N] [--dir DIR] [--out DIR] [--bin PATH]
+#   --load overload (the default): 10000 sessions at 5 Mb/s (50 Gb/s offered, more
+#             than this 2-core machine moves) for 60 s, started at 1000 per second.
+#             Every run is an overload: it shows how each server degrades.
+#   --load fixed: a load both servers carry with no rebuffer here, the same for both,
+#             so the machine's busy CPU at that load is the efficiency verdict:
+#             HTTP 8000 sessions at 1.25 Mb/s (10 Gb/s offered once all play, about
+#             14 Gb/s moved with the start-ups), HTTPS 4000 sessions at 1 Mb/s (4 Gb/s,
+#             about 6.6 Gb/s moved), each protocol's sessions started over 40 s, 60 s
+#             runs, 3 rounds.
+#   --http-load / --https-load N@R: N sessions at R Mb/s for that protocol.
+#   defaults otherwise: 50 titles of 64 MiB, 2 server workers.
 #   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
 #   --rounds  N runs per (protocol, server), alternating the servers (default 1);
 #             with more than one, a second table gives each column's median.
+#   --out     where each run's bench JSON, server samples (`t_s cpu_s rss_mib` each
+#             second) and the SVG timelines (one per protocol and round, both servers
+#             on each panel, drawn by `linerate chart`) are written (default
+#             $TMPDIR/linerate-qoe-results).
 #
 # Limits: each process may open 20,000 files here. The bench needs one socket per
 # session (at most 10,000) and so does the server; they are separate processes, so
@@ -34,13 +49,24 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https" rounds=1
-dir="${TMPDIR:-/tmp}/linerate-qoe" bin="" quick=0
+dir="${TMPDIR:-/tmp}/linerate-qoe" out="${TMPDIR:-/tmp}/linerate-qoe-results" bin="" quick=0 label=overload
+http_load="" https_load=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 ;;
+        --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 label=quick ;;
+        --load)
+            case "$2" in
+                overload) label=overload sessions=10000 bitrate=5 ramp=1000 duration=60 ;;
+                fixed) label=fixed http_load=8000@1.25 https_load=4000@1 ramp=per-load duration=60 rounds=3 ;;
+                *) echo "--load: overload or fixed, not $2" >&2; exit 2 ;;
+            esac
+            shift ;;
         --sessions) sessions=$2; shift ;;
         --duration) duration=$2; shift ;;
         --bitrate-mbps) bitrate=$2; shift ;;
+        --http-load) http_load=$2; shift ;;
+        --https-load) https_load=$2; shift ;;
+        --out) out=$2; shift ;;
         --ramp) ramp=$2; shift ;;
         --titles) titles=$2; shift ;;
         --title-mib) title_mib=$2; shift ;;
@@ -49,13 +75,28 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
 done
 
 [ "$quick" -eq 1 ] && dir="$dir-quick"
+# Loads given by hand are neither preset: say so in the titles and file names.
+[ "$label" = overload ] && [ -n "$http_load$https_load" ] && label=custom
+for l in "$http_load" "$https_load"; do
+    [ -z "$l" ] || [[ "$l" =~ ^[0-9]+@[0-9.]+$ ]] || { echo "a load is SESSIONS@MBPS, not $l" >&2; exit 2; }
+done
+# The sessions, bitrate and start rate of one protocol's runs: "SESSIONS BITRATE RAMP".
+# With --load fixed, each protocol's sessions all start within 40 s.
+load_of() {
+    local l="" n r
+    [ "$1" = http ] && l=$http_load
+    [ "$1" = https ] && l=$https_load
+    if [ -n "$l" ]; then n=${l%@*} r=${l#*@}; else n=$sessions r=$bitrate; fi
+    if [ "$ramp" = per-load ]; then echo "$n $r $(( (n + 39) / 40 ))"; else echo "$n $r $ramp"; fi
+}
+mkdir -p "$out"
 
 require_tools nginx openssl python3
 build_linerate
@@ -69,44 +110,65 @@ file_list=$(seq -f "title%g.bin" -s , 1 "$titles")
 # --- certificates: a test CA and a server certificate for 127.0.0.1 ----------------
 make_test_cert "$work"
 
-# Resident memory of a process and its children, in KiB.
-tree_rss_kib() {
-    local t=0 p
+# Resident memory (KiB) and CPU time (clock ticks, user + system) of a process and
+# its children (nginx's workers): "RSS_KIB TICKS".
+tree_usage() {
+    local rss=0 ticks=0 p r t
     for p in "$1" $(pgrep -P "$1" || true); do
-        t=$((t + $(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
+        r=$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)
+        # Fields 14 and 15 of /proc/PID/stat, counted after the command's closing paren.
+        t=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)
+        rss=$((rss + ${r:-0})) ticks=$((ticks + ${t:-0}))
     done
-    echo "$t"
+    echo "$rss $ticks"
 }
 
 results="$work/results"
-run_one() { # protocol server
-    local proto=$1 server=$2
+run_one() { # protocol server round
+    local proto=$1 server=$2 round=$3 load_sessions load_bitrate load_ramp
+    read -r load_sessions load_bitrate load_ramp < <(load_of "$proto")
     if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" || exit 1; fi
     local ramp_args=()
-    [ "$ramp" != 0 ] && ramp_args=(--ramp "$ramp")
+    [ "$load_ramp" != 0 ] && ramp_args=(--ramp "$load_ramp")
+    local name="$out/qoe-$label-$proto-r$round-$server"
+    local clk rss ticks ticks0 t0_ns now_ns peak=0 samples=()
+    clk=$(getconf CLK_TCK)
     read -r b0 t0 < <(machine_ticks)
-    "$bin" bench --base-url "$base" --files "$file_list" --sessions "$sessions" --duration "$duration" \
-        --bitrate-mbps "$bitrate" --segment-bytes 2097152 --startup-segments 3 --zipf 1 "${ramp_args[@]}" \
-        --cacert "$work/ca.pem" --json > "$work/bench.json" &
-    local bench_pid=$! peak=0 r
+    read -r _ ticks0 < <(tree_usage "$server_pid")
+    t0_ns=$(date +%s%N)
+    "$bin" bench --base-url "$base" --files "$file_list" --sessions "$load_sessions" --duration "$duration" \
+        --bitrate-mbps "$load_bitrate" --segment-bytes 2097152 --startup-segments 3 --zipf 1 "${ramp_args[@]}" \
+        --cacert "$work/ca.pem" --json > "$name.json" &
+    local bench_pid=$!
+    : > "$name.samples"
     while kill -0 "$bench_pid" 2>/dev/null; do
-        r=$(tree_rss_kib "$server_pid"); [ "$r" -gt "$peak" ] && peak=$r
+        read -r rss ticks < <(tree_usage "$server_pid")
+        now_ns=$(date +%s%N)
+        [ "$rss" -gt "$peak" ] && peak=$rss
+        printf '%s %s %s\n' "$(( (now_ns - t0_ns) / 1000000 ))e-3" "$(awk -v t="$((ticks - ticks0))" -v c="$clk" 'BEGIN { print t / c }')" \
+            "$((rss / 1024))" >> "$name.samples"
+        samples+=("$rss")
         sleep 1
     done
     wait "$bench_pid" || { echo "linerate bench failed against $server $proto" >&2; exit 1; }
     read -r b1 t1 < <(machine_ticks)
+    read -r _ ticks < <(tree_usage "$server_pid")
     stop_server
-    python3 - "$work/bench.json" "$proto" "$server" "$peak" "$((b1 - b0))" "$((t1 - t0))" "$(getconf CLK_TCK)" >> "$results" <<'PY'
+    # Steady RSS: the median of the samples in the run's second half.
+    local steady
+    steady=$(printf '%s\n' "${samples[@]:$(( ${#samples[@]} / 2 ))}" | median)
+    python3 - "$name.json" "$proto" "$server" "$peak" "$((b1 - b0))" "$((t1 - t0))" "$clk" "$((ticks - ticks0))" "$steady" >> "$results" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 proto, server, peak_kib, busy, total, clk = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+server_ticks, steady_kib = int(sys.argv[8]), float(sys.argv[9])
 print(proto, server, "%.3f" % j["gbps"], "%.0f" % j["play_delay_ms"]["p50"], "%.0f" % j["play_delay_ms"]["p99"],
       "%.1f" % j["ttfb_ms"]["p99"], "%.5f" % j["rebuffer_ratio"], j["errors_total"], "%.0f" % (peak_kib / 1024),
-      "%.1f" % (100.0 * busy / max(total, 1)), "%.1f" % (busy / clk), "%.1f" % j["client_cpu_s"], j["plays_started"],
-      j["plays_not_started"])
+      "%.0f" % (steady_kib / 1024), "%.1f" % (100.0 * busy / max(total, 1)), "%.1f" % (busy / clk),
+      "%.1f" % (server_ticks / clk), "%.1f" % j["client_cpu_s"], j["plays_started"], j["plays_not_started"])
 PY
-    tail -1 "$results" | awk '{ printf "  %-8s %-5s %7s Gb/s  play delay p50 %s ms p99 %s ms  ttfb p99 %s ms  rebuffer ratio %s  errors %s  rss %s MiB  machine busy %s%%\n", $2, $1, $3, $4, $5, $6, $7, $8, $9, $10 }'
-    python3 - "$work/bench.json" <<'PY'
+    tail -1 "$results" | awk '{ printf "  %-8s %-5s %7s Gb/s  play delay p50 %s ms p99 %s ms  ttfb p99 %s ms  rebuffer ratio %s  errors %s  rss peak %s steady %s MiB  machine busy %s%%  server CPU %s s\n", $2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13 }'
+    python3 - "$name.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 kinds = ", ".join("%s %d" % (k, v) for k, v in j["errors"].items() if v)
@@ -115,18 +177,36 @@ if kinds:
 PY
 }
 
-echo "QoE: $sessions sessions at $bitrate Mb/s, 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
+if [ -n "$http_load$https_load" ]; then
+    loads=""
+    for proto in $protocols; do
+        read -r n r p < <(load_of "$proto")
+        loads="$loads $proto: $n sessions at $r Mb/s started at $p/s;"
+    done
+    echo "QoE ($label load):$loads 2 MiB segments, ${duration}s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
+else
+    echo "QoE ($label load): $sessions sessions at $bitrate Mb/s, 2 MiB segments, ${duration}s, ramp $ramp/s; $titles titles x $title_mib MiB (Zipf 1); $workers server workers"
+fi
 echo "host: $(nproc) CPUs, $(uname -r)"
 for round in $(seq 1 "$rounds"); do
     for proto in $protocols; do
-        for server in nginx linerate; do
-            run_one "$proto" "$server"
+        # Alternate which server goes first, so neither always runs on a warmer machine.
+        order="nginx linerate"
+        [ $((round % 2)) -eq 0 ] && order="linerate nginx"
+        for server in $order; do
+            run_one "$proto" "$server" "$round"
         done
+        read -r n r _ < <(load_of "$proto")
+        "$bin" chart --out "$out/qoe-$label-$proto-r$round.svg" \
+            --title "$proto, $n sessions at $r Mb/s ($label load), round $round" \
+            "nginx=$out/qoe-$label-$proto-r$round-nginx.json,$out/qoe-$label-$proto-r$round-nginx.samples" \
+            "linerate=$out/qoe-$label-$proto-r$round-linerate.json,$out/qoe-$label-$proto-r$round-linerate.samples"
     done
 done
 
 print_results "$results" "$rounds" 2 \
-    "protocol|server|Gb/s|play delay p50 ms|play delay p99 ms|TTFB p99 ms|rebuffer ratio|errors|server RSS MiB|machine busy %|machine CPU-s|client CPU-s|plays started|plays still starting"
+    "protocol|server|Gb/s|play delay p50 ms|play delay p99 ms|TTFB p99 ms|rebuffer ratio|errors|server RSS peak MiB|server RSS steady MiB|machine busy %|machine CPU-s|server CPU-s|client CPU-s|plays started|plays still starting"
+echo "bench JSON, server samples and timelines (SVG): $out"
 # A run that moved nothing is a broken set-up, not a result.
 if awk '$3 + 0 <= 0 { bad = 1 } END { exit !bad }' "$results"; then
     echo "a run moved no data" >&2

@@ -40,6 +40,9 @@ enum Command {
     Tune(tune::TuneArgs),
     /// Play paced streaming sessions (or a closed loop) against a server; report QoE.
     Bench(bench::BenchArgs),
+    /// Draw the per-second timelines of `bench --json` runs (and the server's CPU and
+    /// memory samples) side by side, one SVG panel per figure.
+    Chart(bench::chart::ChartArgs),
     /// Replace a running server with the binary now installed at its path, without
     /// losing a connection: sends it SIGUSR2 and waits until the new process serves
     /// (exit 0, its pid printed) or the upgrade failed and the old one serves on.
@@ -125,6 +128,7 @@ fn main() -> ExitCode {
         Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Chart(args) => bench::chart::run(args),
         Command::Upgrade(args) => upgrade(args),
     };
     match result {

@@ -1,6 +1,7 @@
 //! `linerate bench` over HTTPS (rustls client) against Debian's nginx with a
 //! certificate made for the test: trusted with `--cacert`, accepted with
-//! `--insecure`, refused when neither is given.
+//! `--insecure`, refused when neither is given; TLS 1.2 sessions resumed by session
+//! ID and by ticket.
 
 mod bench_support;
 mod common;
@@ -64,4 +65,31 @@ fn an_untrusted_certificate_is_refused_clearly() {
     );
     assert!(!run.success);
     assert!(run.stderr.contains("no PEM certificate"), "{}", run.stderr);
+}
+
+#[test]
+fn tls12_sessions_resume_by_session_id_and_by_ticket() {
+    let content = Content::new();
+    content.write_random("s.bin", 4096, 14);
+    let certs = tempfile::tempdir().unwrap();
+    let tc = test_certs(certs.path());
+    let cacert = tc.ca.to_str().unwrap();
+    for (how, directives) in [
+        ("session ID", "ssl_protocols TLSv1.2; ssl_session_tickets off; ssl_session_cache shared:T:1m;"),
+        ("ticket", "ssl_protocols TLSv1.2; ssl_session_tickets on; ssl_session_cache off;"),
+    ] {
+        let nginx = Nginx::start_with(content.path(), Some((&tc.cert, &tc.key)), directives);
+        let base = format!("https://127.0.0.1:{}/", nginx.port);
+        let common = ["--base-url", &base, "--files", "s.bin", "--cacert", cacert, "--sessions", "2", "--workers", "1"];
+        let load = ["--duration", "1", "--max-rate", "--segment-bytes", "1024", "--connection-per-request", "--json"];
+        let j = bench(&[&common[..], &load[..]].concat(), Duration::from_secs(30)).json();
+        assert_eq!(num(&j, "errors_total"), 0.0, "{how}: {j:#}");
+        // Each session's first connection is a full handshake, all later ones resume.
+        assert_eq!(num(&j, "handshakes_full"), 2.0, "{how}: {j:#}");
+        assert!(num(&j, "handshakes_resumed") >= 5.0, "{how}: {j:#}");
+
+        let j = bench(&[&common[..], &load[..], &["--no-resume"][..]].concat(), Duration::from_secs(30)).json();
+        assert_eq!(num(&j, "handshakes_resumed"), 0.0, "{how}: {j:#}");
+        assert!(num(&j, "handshakes_full") >= 5.0, "{how}: {j:#}");
+    }
 }

@@ -76,56 +76,23 @@ fn ffprobe_reads_mp4_over_http() {
 #[test]
 fn chromium_plays_the_demo_video() {
     let s = Server::start(&["--demo", "--log-level", "info,linerate::server::conn=trace"]);
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    // Chromium and its helpers die with chromedriver's process group, even when an
-    // assertion below fails before the session is closed.
-    let _driver = Guarded::spawn_group(
-        tool("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null()),
-    );
-    let wd = format!("http://127.0.0.1:{port}");
-    assert!(eventually(Duration::from_secs(10), || curl(&[&format!("{wd}/status")]).status.success()));
-
-    let profile = tempfile::tempdir().unwrap();
-    let caps = serde_json::json!({"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
-        "binary": "/usr/bin/chromium",
-        "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
-                 "--autoplay-policy=no-user-gesture-required",
-                 format!("--user-data-dir={}", profile.path().display())]
-    }}}});
-    let session = webdriver(&format!("{wd}/session"), "POST", &caps);
-    let id = session["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {session}")).to_string();
-    let sess = format!("{wd}/session/{id}");
-    webdriver(&format!("{sess}/url"), "POST", &serde_json::json!({"url": s.url("/")}));
-    let probe = serde_json::json!({"script": "const v = document.querySelector('video'); \
-        return [v.currentTime, v.readyState, v.error ? v.error.code : 0];", "args": []});
+    let browser = browser::Browser::start(&["--autoplay-policy=no-user-gesture-required"]);
+    browser.open(&s.url("/"));
+    let probe = "const v = document.querySelector('video'); \
+        return [v.currentTime, v.readyState, v.error ? v.error.code : 0];";
     let mut last = serde_json::Value::Null;
     let played = eventually(Duration::from_secs(30), || {
-        last = webdriver(&format!("{sess}/execute/sync"), "POST", &probe)["value"].clone();
+        last = browser.script(probe);
         assert_eq!(last[2].as_i64(), Some(0), "media error: {last}");
         last[0].as_f64().unwrap_or(0.0) > 1.5
     });
-    webdriver(&sess, "DELETE", &serde_json::Value::Null);
+    drop(browser);
     assert!(played, "video did not play: [currentTime, readyState, error] = {last}");
     let log = s.stderr();
     assert!(
         log.lines().any(|l| l.contains("status=206") && l.contains("demo.mp4")),
         "the browser fetched no byte range of the video:\n{log}"
     );
-}
-
-/// One WebDriver command, sent with curl; returns the parsed JSON answer.
-fn webdriver(url: &str, method: &str, body: &serde_json::Value) -> serde_json::Value {
-    let body = body.to_string();
-    let out = curl(&["-X", method, "-H", "Content-Type: application/json", "--data-binary", &body, url]);
-    assert!(out.status.success(), "{method} {url}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// What the browser test relies on: a helper's guard takes the processes the helper

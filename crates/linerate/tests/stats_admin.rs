@@ -278,3 +278,58 @@ fn admin_can_be_turned_off_and_rejects_unknown_paths() {
     let r = curl(&["-i", &s.admin_url("/nope")]);
     assert!(String::from_utf8_lossy(&r.stdout).starts_with("HTTP/1.1 404"));
 }
+
+/// A client that asks for it keeps its admin connection: a second request after a
+/// silence longer than the agent check's wait is answered over HTTP (a browser page
+/// polling /status does this), pipelined requests are answered in order, and
+/// `Connection: close` or HTTP/1.0 end the connection after the answer.
+#[test]
+fn admin_keeps_connections_alive() {
+    let c = Content::new();
+    let s = Server::start(&["--root", &c.root_arg()]);
+    let admin = s.admin_addr.unwrap();
+    let mut conn = TcpStream::connect(admin).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let answer = |conn: &mut TcpStream, request: &[u8]| {
+        conn.write_all(request).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        // Until a whole response (head and Content-Length bytes) is in.
+        loop {
+            let rs = split_responses(&got);
+            if let Some(r) = rs.first() {
+                let len: usize =
+                    r.head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().parse().unwrap();
+                if r.body.len() == len {
+                    return (r.status, r.head.clone(), String::from_utf8_lossy(&r.body).into_owned());
+                }
+            }
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+    };
+    let (status, head, body) = answer(&mut conn, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    assert!(head.contains("Connection: keep-alive"), "{head}");
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, _, body) = answer(&mut conn, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok(), "{body}");
+
+    // Two at once, the second closing.
+    conn.write_all(
+        b"GET /load HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let rs = split_responses(&read_until_close(&mut conn, Duration::from_secs(5)));
+    let got: Vec<_> = rs.iter().map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned())).collect();
+    assert_eq!(got, [(200, "up 100%\n".to_string()), (200, "ok\n".to_string())]);
+    assert!(rs[1].head.contains("Connection: close"), "{}", rs[1].head);
+
+    // HTTP/1.0 without keep-alive: one answer, then the server closes.
+    let raw = raw_exchange(admin, b"GET /healthz HTTP/1.0\r\n\r\n", Duration::from_secs(5));
+    let r = parse_response(&raw).unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok\n"[..]));
+    assert!(r.head.contains("Connection: close"), "{}", r.head);
+}

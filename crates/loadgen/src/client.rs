@@ -87,6 +87,15 @@ impl Conn {
         Ok(())
     }
 
+    /// How the TLS handshake went: `Some(true)` resumed an earlier session,
+    /// `Some(false)` was a full handshake, `None` for plain TCP.
+    pub fn resumed(&self) -> Option<bool> {
+        match self {
+            Conn::Plain(_) => None,
+            Conn::Tls { tls, .. } => Some(matches!(tls.handshake_kind(), Some(rustls::HandshakeKind::Resumed))),
+        }
+    }
+
     /// Sends all of `data` (a request).
     pub async fn send(&mut self, data: &[u8]) -> io::Result<()> {
         match self {

@@ -10,8 +10,9 @@
 //!    runtime with its share of the sessions (session `i` on worker `i mod W`).
 //! 4. A [`session`] is one viewer: it picks a title, fetches it segment by segment as
 //!    the [`playback`] model says (or back to back with `--max-rate`), over one
-//!    kept-alive connection ([`client`]: plain or rustls), one [`exchange`] at a
-//!    time; responses are checked by [`response`] (heads parsed by httparse).
+//!    kept-alive connection ([`client`]: plain or rustls, TLS sessions resumed from
+//!    the viewer's own store unless `--no-resume`; a new connection per request with
+//!    `--connection-per-request`), one [`exchange`] at a time; responses are checked by [`response`] (heads parsed by httparse).
 //! 5. Each worker keeps its own [`stats`]; the main thread shows progress from
 //!    single-writer counters, merges the workers' results at the end, adds its own
 //!    CPU time ([`cpu`]) and prints the [`report`].
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod catalogue;
+pub mod chart;
 mod client;
 mod cpu;
 mod exchange;
@@ -123,6 +125,16 @@ pub struct BenchArgs {
     /// of the catalogue loads the server.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     hot_titles: Option<u32>,
+    /// Do not resume TLS sessions: every connection makes a full handshake. By default
+    /// a session's connections resume, as browsers and players do (TLS 1.3 tickets,
+    /// TLS 1.2 tickets or session IDs), from a session store of that session's own.
+    #[arg(long)]
+    no_resume: bool,
+    /// A new connection (and TLS handshake) for every request, closed once its
+    /// response is in: with `--max-rate` and a small `--segment-bytes` this measures
+    /// handshakes per second (`handshakes_per_s`).
+    #[arg(long)]
+    connection_per_request: bool,
     /// Print JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -202,6 +214,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         startup_segments: args.startup_segments,
         zipf_exponent: args.zipf,
         hot_titles: args.hot_titles.map(|n| (n as usize).min(titles)),
+        resume: !args.no_resume,
+        connection_per_request: args.connection_per_request,
     };
 
     let cpu_before = cpu::process_cpu_seconds()?;
@@ -221,6 +235,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         request_timeout,
         seed: args.seed,
         hot_titles: args.hot_titles.map_or(0, |n| n as usize),
+        resume: !args.no_resume,
+        connection_per_request: args.connection_per_request,
     });
     let lives: Vec<Arc<Live>> = (0..workers).map(|_| Arc::new(Live::default())).collect();
     let mut threads = Vec::with_capacity(workers);

@@ -23,6 +23,10 @@ pub struct Plan {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     pub seed: u64,
+    /// Resume TLS sessions (tickets, TLS 1.2 session IDs); off with `--no-resume`.
+    pub resume: bool,
+    /// Open a new connection for every request (`--connection-per-request`).
+    pub connection_per_request: bool,
     /// Titles of rank below this count as hot (`--hot-titles`; 0 = none).
     pub hot_titles: usize,
 }

@@ -57,6 +57,11 @@ pub struct PlayOutcome {
     pub watch: Duration,
     pub stall: Duration,
     pub rebuffers: u32,
+    /// When the viewer watched (`P` to the end of the play), for the timeline.
+    pub watching: Option<(Duration, Duration)>,
+    /// A stall still in progress at the end (it ends at `now`): the part of `stall`
+    /// no `arrived` reported.
+    pub open_stall: Duration,
 }
 
 impl Playback {
@@ -139,11 +144,13 @@ impl Playback {
         let Some(p) = self.playing_since else {
             return PlayOutcome { startup_wait: now.saturating_sub(self.began), ..PlayOutcome::default() };
         };
+        let mut open_stall = Duration::ZERO;
         if paced {
             if let Some(i) = self.next_segment() {
                 let deadline = self.deadline(i).expect("playing");
                 if now > deadline {
-                    self.stall += now - deadline;
+                    open_stall = now - deadline;
+                    self.stall += open_stall;
                     self.rebuffers += 1;
                 }
             }
@@ -158,6 +165,8 @@ impl Playback {
             watch: end.saturating_sub(p),
             stall: self.stall,
             rebuffers: self.rebuffers,
+            watching: Some((p, end.max(p))),
+            open_stall,
         }
     }
 }
@@ -210,6 +219,9 @@ mod tests {
         assert_eq!(out.play_delay, Some(s(2.0)));
         // Six segments of 4 s plus 1.75 s of stalls, from 2 s: ends at 27.75 s.
         assert_eq!(out.watch, s(25.75));
+        assert_eq!(out.watching, Some((s(2.0), s(27.75))));
+        // Both stalls were reported as their segments arrived.
+        assert_eq!(out.open_stall, Duration::ZERO);
     }
 
     #[test]
@@ -220,6 +232,9 @@ mod tests {
         assert_eq!(out.rebuffers, 1);
         assert_eq!(out.stall, s(1.5));
         assert_eq!(out.watch, s(3.5));
+        // For the timeline: watched from 0.5 s to the end, the last 1.5 s stalled.
+        assert_eq!(out.watching, Some((s(0.5), s(4.0))));
+        assert_eq!(out.open_stall, s(1.5));
     }
 
     #[test]

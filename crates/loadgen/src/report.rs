@@ -6,7 +6,10 @@
 //! `hot_ttfb_ms` (the same for the `--hot-titles` most popular titles, null
 //! without that option), `hot_ttfb_p99_ms` (its p99, for scripts),
 //! `rebuffers`, `rebuffer_ratio`, `stall_s`, `watch_s`, `client_cpu_s`,
-//! `client_cpu_s_per_gb`, and `timeline` (one object per second).
+//! `client_cpu_s_per_gb`, `handshakes_full`, `handshakes_resumed` (TLS handshakes
+//! by kind), `handshakes_per_s` (both kinds), and `timeline` (one object per second:
+//! `t_s`, `gbps`, `requests`, `errors`, `rebuffers`, `sessions_playing`,
+//! `sessions_stalled` (each the average over that second), `ttfb_p99_ms`).
 
 use std::fmt::Write as _;
 
@@ -47,6 +50,12 @@ pub struct Second {
     pub requests: u64,
     pub errors: u64,
     pub rebuffers: u64,
+    /// Sessions playing (watching and not stalled), on average over the second.
+    pub sessions_playing: f64,
+    /// Sessions stalled (rebuffering), on average over the second.
+    pub sessions_stalled: f64,
+    /// TTFB p99 of the requests completed in this second (`null` if none).
+    pub ttfb_p99_ms: Option<f64>,
 }
 
 /// What the run was asked to do.
@@ -64,6 +73,9 @@ pub struct Setup {
     pub zipf_exponent: f64,
     /// `--hot-titles`, at most the catalogue's size.
     pub hot_titles: Option<usize>,
+    /// TLS session resumption on (not `--no-resume`).
+    pub resume: bool,
+    pub connection_per_request: bool,
 }
 
 #[derive(Serialize)]
@@ -93,6 +105,9 @@ pub struct Summary {
     pub reconnects: u64,
     /// Connections reset or refused by the server, retried or not.
     pub resets: u64,
+    pub handshakes_full: u64,
+    pub handshakes_resumed: u64,
+    pub handshakes_per_s: f64,
     pub verified_bytes: u64,
     pub client_cpu_s: f64,
     pub client_cpu_s_per_gb: f64,
@@ -131,11 +146,20 @@ impl Summary {
             connections: stats.connections,
             reconnects: stats.reconnects,
             resets: stats.resets,
+            handshakes_full: stats.handshakes_full,
+            handshakes_resumed: stats.handshakes_resumed,
+            handshakes_per_s: (stats.handshakes_full + stats.handshakes_resumed) as f64 / elapsed_s.max(1e-9),
             verified_bytes: stats.verified_bytes,
             client_cpu_s: cpu_s,
             client_cpu_s_per_gb: if gb > 0.0 { cpu_s / gb } else { 0.0 },
             sessions_dropped_at_backstop: dropped,
-            timeline: stats.timeline.iter().enumerate().map(|(i, b)| Second::of(i, b, elapsed_s)).collect(),
+            timeline: stats
+                .timeline
+                .iter()
+                .zip(&stats.ttfb_timeline)
+                .enumerate()
+                .map(|(i, (b, ttfb))| Second::of(i, b, ttfb.as_ref(), elapsed_s))
+                .collect(),
         }
     }
 
@@ -160,6 +184,17 @@ impl Summary {
             "throughput   {:.3} Gb/s  {} bytes  {} requests ({:.1}/s)  {} connections",
             self.gbps, self.bytes, self.requests, self.requests_per_s, self.connections
         );
+        if self.handshakes_full + self.handshakes_resumed > 0 {
+            let _ = writeln!(
+                o,
+                "handshakes   {} full  {} resumed  {:.1}/s  (resumption {}{})",
+                self.handshakes_full,
+                self.handshakes_resumed,
+                self.handshakes_per_s,
+                if s.resume { "on" } else { "off" },
+                if s.connection_per_request { ", a new connection per request" } else { "" }
+            );
+        }
         let errors: Vec<String> = self.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(o, "errors       {}", errors.join("  "));
         if let Some(e) = &self.first_error {
@@ -203,7 +238,7 @@ impl Summary {
 
 impl Second {
     /// Second `i` of a run that lasted `elapsed_s` (the last one may be partial).
-    fn of(i: usize, b: &Bucket, elapsed_s: f64) -> Second {
+    fn of(i: usize, b: &Bucket, ttfb: Option<&Histogram<u32>>, elapsed_s: f64) -> Second {
         let span_s = (elapsed_s - i as f64).clamp(1e-3, 1.0);
         Second {
             t_s: i,
@@ -211,6 +246,9 @@ impl Second {
             requests: b.requests,
             errors: b.errors,
             rebuffers: b.rebuffers,
+            sessions_playing: (b.watching_s - b.stalled_s).max(0.0) / span_s,
+            sessions_stalled: b.stalled_s / span_s,
+            ttfb_p99_ms: ttfb.filter(|h| !h.is_empty()).map(|h| h.value_at_quantile(0.99) as f64 / 1000.0),
         }
     }
 }

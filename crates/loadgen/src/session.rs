@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 
 use tokio::time::{sleep_until, timeout_at};
 
-use super::client::{Conn, ConnectError};
+use super::client::{Conn, ConnectError, TlsTarget};
 use super::exchange::{exchange, Buffers, ExchangeError};
 use super::plan::Plan;
 use super::playback::Playback;
 use super::response::{Expect, ResponseError, ResponseReader};
 use super::stats::{ErrorKind, Live, WorkerStats};
+use super::tls::with_resumption;
 
 /// A worker's state, shared by its sessions (all on the worker's thread).
 pub struct WorkerCtx {
@@ -101,6 +102,9 @@ struct Session {
     ctx: Rc<WorkerCtx>,
     rng: fastrand::Rng,
     conn: Option<(usize, Conn)>,
+    /// Each origin's TLS target with this viewer's own session store (see
+    /// `tls::with_resumption`); `None` for plain HTTP.
+    tls: Vec<Option<TlsTarget>>,
     reader: ResponseReader,
     request: Vec<u8>,
 }
@@ -113,6 +117,17 @@ pub async fn run(ctx: Rc<WorkerCtx>, id: u32) {
     }
     let mut s = Session {
         rng: fastrand::Rng::with_seed(plan.seed ^ (u64::from(id) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        tls: plan
+            .catalogue
+            .origins
+            .iter()
+            .map(|o| {
+                o.tls.as_ref().map(|t| TlsTarget {
+                    config: with_resumption(&t.config, plan.resume),
+                    server_name: t.server_name.clone(),
+                })
+            })
+            .collect(),
         ctx,
         conn: None,
         reader: ResponseReader::default(),
@@ -144,8 +159,11 @@ impl Session {
             match self.fetch(title, i).await {
                 Ok(arrived) => {
                     failures = 0;
-                    if let Some(_late) = playback.arrived(plan.since_start(arrived), paced) {
-                        self.ctx.stats.borrow_mut().bucket(plan.since_start(arrived)).rebuffers += 1;
+                    let at = plan.since_start(arrived);
+                    if let Some(late) = playback.arrived(at, paced) {
+                        let mut stats = self.ctx.stats.borrow_mut();
+                        stats.bucket(at).rebuffers += 1;
+                        stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
                     }
                 }
                 Err(Stop::Ended) => break,
@@ -180,6 +198,10 @@ impl Session {
                 WorkerStats::record(&mut stats.play_delay_usecs, out.startup_wait);
             }
         }
+        if let Some((from, to)) = out.watching {
+            stats.spread(from, to, |b| &mut b.watching_s);
+        }
+        stats.spread(now.saturating_sub(out.open_stall), now, |b| &mut b.stalled_s);
         stats.rebuffers += u64::from(out.rebuffers);
         stats.stall += out.stall;
         stats.watch += out.watch;
@@ -205,8 +227,16 @@ impl Session {
                 let origin = &plan.catalogue.origins[t.origin];
                 let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
                 ctx.stats.borrow_mut().connections += 1;
-                match timeout_at(limit.into(), Conn::open(origin.addr, origin.tls.as_ref())).await {
-                    Ok(Ok(c)) => self.conn = Some((t.origin, c)),
+                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[t.origin].as_ref())).await {
+                    Ok(Ok(c)) => {
+                        let mut stats = ctx.stats.borrow_mut();
+                        match c.resumed() {
+                            Some(true) => stats.handshakes_resumed += 1,
+                            Some(false) => stats.handshakes_full += 1,
+                            None => {}
+                        }
+                        self.conn = Some((t.origin, c));
+                    }
                     Ok(Err(e)) => {
                         if let ConnectError::Io(io) = &e {
                             count_reset(&ctx, io);
@@ -241,13 +271,17 @@ impl Session {
             }
             let kind = match result {
                 Ok(Ok(head)) => {
-                    if head.close {
+                    if head.close || plan.connection_per_request {
                         self.conn = None;
                     }
                     let mut stats = ctx.stats.borrow_mut();
                     stats.requests += 1;
                     stats.bucket(plan.since_start(now)).requests += 1;
-                    stats.record_ttfb(title < plan.hot_titles, first_byte.unwrap_or(now) - began);
+                    stats.record_ttfb(
+                        title < plan.hot_titles,
+                        first_byte.unwrap_or(now) - began,
+                        plan.since_start(now),
+                    );
                     WorkerStats::record(&mut stats.segment_usecs, now - began);
                     ctx.live.add_request();
                     return Ok(now);

@@ -40,6 +40,14 @@ pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_USECS, 3).expect("valid histogram bounds")
 }
 
+/// The per-second TTFB histograms: up to a minute (slower counts as a minute), two
+/// significant digits, 32-bit counts: about 10 KiB each, one per second of the run.
+const SECOND_HIST_MAX_USECS: u64 = 60_000_000;
+
+fn second_histogram() -> Histogram<u32> {
+    Histogram::new_with_bounds(1, SECOND_HIST_MAX_USECS, 2).expect("valid histogram bounds")
+}
+
 /// One second of the run.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct Bucket {
@@ -47,6 +55,11 @@ pub struct Bucket {
     pub requests: u64,
     pub errors: u64,
     pub rebuffers: u64,
+    /// Session-seconds spent watching (after start-up, stalls included) within this
+    /// second: its average number of sessions watching.
+    pub watching_s: f64,
+    /// Session-seconds spent stalled (rebuffering) within this second.
+    pub stalled_s: f64,
 }
 
 /// Everything one worker measured.
@@ -72,7 +85,13 @@ pub struct WorkerStats {
     /// Connections reset or refused by the server (ECONNRESET, ECONNABORTED,
     /// ECONNREFUSED), whether or not the request was then retried.
     pub resets: u64,
+    /// TLS handshakes completed in full (no session resumed).
+    pub handshakes_full: u64,
+    /// TLS handshakes that resumed a session (ticket or TLS 1.2 session ID).
+    pub handshakes_resumed: u64,
     pub timeline: Vec<Bucket>,
+    /// TTFB of the requests completed in each second (allocated on first use).
+    pub ttfb_timeline: Vec<Option<Histogram<u32>>>,
     pub first_failure: Option<String>,
 }
 
@@ -95,7 +114,10 @@ impl WorkerStats {
             connections: 0,
             reconnects: 0,
             resets: 0,
+            handshakes_full: 0,
+            handshakes_resumed: 0,
             timeline: vec![Bucket::default(); seconds.max(1)],
+            ttfb_timeline: vec![None; seconds.max(1)],
             first_failure: None,
         }
     }
@@ -106,14 +128,31 @@ impl WorkerStats {
         &mut self.timeline[i]
     }
 
+    /// Adds the span `from..to` (offsets into the run) to the buckets it overlaps,
+    /// second by second, through `field`; what lies past the last bucket is dropped.
+    pub fn spread(&mut self, from: Duration, to: Duration, field: fn(&mut Bucket) -> &mut f64) {
+        let (from, to) = (from.as_secs_f64(), to.as_secs_f64().min(self.timeline.len() as f64));
+        let mut t = from;
+        while t < to {
+            let i = t as usize;
+            let next = ((i + 1) as f64).min(to);
+            *field(&mut self.timeline[i]) += next - t;
+            t = next;
+        }
+    }
+
     pub fn record(hist: &mut Histogram<u64>, d: Duration) {
         hist.saturating_record((d.as_micros() as u64).clamp(1, HIST_MAX_USECS));
     }
 
     /// The time to first byte of a completed request, also counted among the hot
     /// titles' when its title is one of them.
-    pub fn record_ttfb(&mut self, hot: bool, d: Duration) {
+    /// It is also counted in the second it completed, `at` (an offset into the run).
+    pub fn record_ttfb(&mut self, hot: bool, d: Duration, at: Duration) {
         WorkerStats::record(&mut self.ttfb_usecs, d);
+        let i = (at.as_secs() as usize).min(self.ttfb_timeline.len() - 1);
+        let h = self.ttfb_timeline[i].get_or_insert_with(second_histogram);
+        h.saturating_record((d.as_micros() as u64).clamp(1, SECOND_HIST_MAX_USECS));
         if hot {
             WorkerStats::record(&mut self.hot_ttfb_usecs, d);
         }
@@ -138,6 +177,8 @@ impl WorkerStats {
         self.connections += other.connections;
         self.reconnects += other.reconnects;
         self.resets += other.resets;
+        self.handshakes_full += other.handshakes_full;
+        self.handshakes_resumed += other.handshakes_resumed;
         if self.timeline.len() < other.timeline.len() {
             self.timeline.resize(other.timeline.len(), Bucket::default());
         }
@@ -146,6 +187,18 @@ impl WorkerStats {
             a.requests += b.requests;
             a.errors += b.errors;
             a.rebuffers += b.rebuffers;
+            a.watching_s += b.watching_s;
+            a.stalled_s += b.stalled_s;
+        }
+        if self.ttfb_timeline.len() < other.ttfb_timeline.len() {
+            self.ttfb_timeline.resize(other.ttfb_timeline.len(), None);
+        }
+        for (a, b) in self.ttfb_timeline.iter_mut().zip(&other.ttfb_timeline) {
+            match (a.as_mut(), b) {
+                (Some(a), Some(b)) => a.add(b).expect("same bounds"),
+                (None, Some(b)) => *a = Some(b.clone()),
+                (_, None) => {}
+            }
         }
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&other.first_failure);
@@ -197,12 +250,15 @@ mod tests {
         WorkerStats::record(&mut a.ttfb_usecs, Duration::from_millis(1));
         WorkerStats::record(&mut b.ttfb_usecs, Duration::from_millis(9));
         a.errors[ErrorKind::Timeout as usize] = 2;
+        (a.handshakes_full, a.handshakes_resumed) = (1, 4);
+        (b.handshakes_full, b.handshakes_resumed) = (2, 8);
         b.errors[ErrorKind::Timeout as usize] = 3;
         b.bucket(Duration::from_secs(2)).bytes = 7;
         a.bucket(Duration::from_millis(500)).bytes = 5;
         a.merge(&b);
         assert_eq!(a.ttfb_usecs.len(), 2);
         assert_eq!(a.errors[ErrorKind::Timeout as usize], 5);
+        assert_eq!((a.handshakes_full, a.handshakes_resumed), (3, 12));
         assert_eq!(a.timeline.len(), 3);
         assert_eq!(a.timeline[0].bytes, 5);
         assert_eq!(a.timeline[2].bytes, 7);
@@ -215,14 +271,44 @@ mod tests {
     fn hot_ttfb_counts_only_hot_titles_and_merges() {
         let mut a = WorkerStats::new(1);
         let mut b = WorkerStats::new(1);
-        a.record_ttfb(true, Duration::from_millis(2));
-        a.record_ttfb(false, Duration::from_millis(500));
-        b.record_ttfb(true, Duration::from_millis(4));
+        a.record_ttfb(true, Duration::from_millis(2), Duration::ZERO);
+        a.record_ttfb(false, Duration::from_millis(500), Duration::ZERO);
+        b.record_ttfb(true, Duration::from_millis(4), Duration::ZERO);
         a.merge(&b);
         assert_eq!(a.ttfb_usecs.len(), 3);
         assert_eq!(a.hot_ttfb_usecs.len(), 2);
         // The slow request was for a cold title: it is not among the hot ones.
         assert!(a.hot_ttfb_usecs.max() < 5_000, "{}", a.hot_ttfb_usecs.max());
         assert!(a.ttfb_usecs.max() >= 500_000);
+    }
+
+    #[test]
+    fn spans_are_spread_over_the_seconds_they_cover() {
+        let mut a = WorkerStats::new(3);
+        a.spread(Duration::from_millis(500), Duration::from_millis(2250), |b| &mut b.watching_s);
+        a.spread(Duration::from_millis(2900), Duration::from_secs(9), |b| &mut b.stalled_s);
+        let w: Vec<f64> = a.timeline.iter().map(|b| b.watching_s).collect();
+        assert!((w[0] - 0.5).abs() < 1e-9 && (w[1] - 1.0).abs() < 1e-9 && (w[2] - 0.25).abs() < 1e-9, "{w:?}");
+        // Past the run's last second is dropped, not piled into it.
+        assert!((a.timeline[2].stalled_s - 0.1).abs() < 1e-9, "{}", a.timeline[2].stalled_s);
+        assert_eq!(a.timeline[1].stalled_s, 0.0);
+        let mut b = WorkerStats::new(3);
+        b.spread(Duration::ZERO, Duration::from_secs(1), |b| &mut b.watching_s);
+        a.merge(&b);
+        assert!((a.timeline[0].watching_s - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ttfb_is_also_kept_per_second_and_merged() {
+        let mut a = WorkerStats::new(2);
+        let mut b = WorkerStats::new(2);
+        a.record_ttfb(false, Duration::from_millis(3), Duration::from_millis(1500));
+        b.record_ttfb(false, Duration::from_millis(80), Duration::from_millis(1200));
+        b.record_ttfb(false, Duration::from_millis(7), Duration::from_millis(100));
+        a.merge(&b);
+        let second = a.ttfb_timeline[1].as_ref().expect("two requests in second 1");
+        assert_eq!(second.len(), 2);
+        assert!(second.max() >= 79_000, "{}", second.max());
+        assert_eq!(a.ttfb_timeline[0].as_ref().map(|h| h.len()), Some(1));
     }
 }

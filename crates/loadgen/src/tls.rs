@@ -5,12 +5,24 @@
 //! accepts any certificate for any name. Even then the handshake signature is still
 //! checked against the presented certificate, so the bench does the same
 //! cryptographic work per handshake as a verifying client would.
+//!
+//! Session resumption is on by default, as in browsers and players: each session (one
+//! viewer) keeps an in-memory session store ([`with_resumption`]) for its
+//! connections, so its second connection to an origin resumes with a TLS 1.3 ticket
+//! or a TLS 1.2 ticket or session ID. `--no-resume` makes every handshake a full one.
+//!
+//! One store per viewer rather than one per worker: rustls's store keeps at most 8
+//! TLS 1.3 tickets per server, each used once, so a worker whose many connections
+//! end together (a server answering them in one batch) and reconnect together
+//! would find tickets for 8 of them only, and report full handshakes that no real
+//! viewer would make.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{Resumption, Tls12Resumption};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -58,6 +70,23 @@ pub fn client_config(trust: Trust<'_>) -> anyhow::Result<Arc<rustls::ClientConfi
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// Size of one viewer's store: rustls keeps 8 TLS 1.3 tickets (and one TLS 1.2
+/// session) per server name, so this remembers 8 origins.
+const STORE_SIZE: usize = 64;
+
+/// A copy of `config` for one viewer: with its own in-memory session store (tickets
+/// and TLS 1.2 session IDs) when `resume`, without resumption otherwise. That
+/// viewer's connections share it; each viewer starts cold.
+pub fn with_resumption(config: &rustls::ClientConfig, resume: bool) -> Arc<rustls::ClientConfig> {
+    let mut config = config.clone();
+    config.resumption = if resume {
+        Resumption::in_memory_sessions(STORE_SIZE).tls12_resumption(Tls12Resumption::SessionIdOrTickets)
+    } else {
+        Resumption::disabled()
+    };
+    Arc::new(config)
 }
 
 /// Accepts any certificate, for test servers with self-signed certificates

@@ -105,6 +105,17 @@ pub fn notsent_lowat(sock: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(u32::from_ne_bytes(v))
 }
 
+/// Whether the kernel calls the socket writable now (`poll` for `POLLOUT`, not
+/// waiting): its own test, a third of the send buffer free and unsent bytes under
+/// `TCP_NOTSENT_LOWAT`. Unlike [`send_room`] it sees the low-water mark, and the
+/// send buffer as the kernel shrinks it under memory pressure.
+pub fn is_writable(sock: BorrowedFd<'_>) -> io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&sock, PollFlags::OUT)];
+    let ready = poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))?;
+    Ok(ready > 0 && fds[0].revents().contains(PollFlags::OUT))
+}
+
 /// Bytes the socket's send buffer can still take: `SO_SNDBUF` (the kernel's cap on
 /// queued bytes, autotuned unless set) minus `SIOCOUTQ` (bytes written and not yet
 /// acknowledged). An estimate: the kernel also charges per-packet overhead against
@@ -148,5 +159,24 @@ mod tests {
         let info = tcp_info(client.as_fd()).unwrap();
         assert!(info.snd_cwnd_segments > 0, "{info:?}");
         assert!(current_tid() > 0);
+    }
+
+    #[test]
+    fn writable_until_unsent_bytes_pass_the_low_water_mark() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert!(is_writable(server.as_fd()).unwrap());
+        // The client never reads: once more than the mark is unsent, the kernel
+        // stops calling the socket writable though its buffer has room.
+        set_notsent_lowat(server.as_fd(), 16 * 1024).unwrap();
+        server.set_nonblocking(true).unwrap();
+        let chunk = [7u8; 4096];
+        let mut written = 0;
+        while is_writable(server.as_fd()).unwrap() {
+            written += std::io::Write::write(&mut &server, &chunk).unwrap();
+            assert!(written < 64 << 20, "still writable after {written} bytes");
+        }
+        assert!(send_room(server.as_fd()).unwrap() > 0, "the buffer itself is not full");
     }
 }

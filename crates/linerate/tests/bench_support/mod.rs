@@ -115,6 +115,11 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start(root: &Path, tls: Option<(&Path, &Path)>) -> Nginx {
+        Nginx::start_with(root, tls, "")
+    }
+
+    /// As [`Nginx::start`], with more `directives` in the `server { }` block.
+    pub fn start_with(root: &Path, tls: Option<(&Path, &Path)>, directives: &str) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let listen = match tls {
@@ -132,7 +137,7 @@ events {{ worker_connections 1024; }}
 http {{ access_log off; sendfile on; keepalive_requests 100000;
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
   types {{ application/octet-stream bin; }}
-  server {{ {listen} root {}; }} }}\n",
+  server {{ {listen} root {}; {directives} }} }}\n",
             root.display()
         );
         let conf_path = dir.path().join("nginx.conf");

@@ -1,9 +1,12 @@
-//! The admin endpoint: `/metrics`, `/status`, `/healthz`, `/load`.
+//! The admin endpoint: `/`, `/metrics`, `/status`, `/healthz`, `/load`.
 //!
 //! It runs on a thread of its own with its own small event loop, on its own address
 //! (default 127.0.0.1:9090), so scraping never touches a worker: it reads the
-//! workers' counters (single-writer atomics) and sums them.
+//! workers' counters (single-writer atomics) and sums them. Connections are kept
+//! alive (5 s idle) for clients that ask, until shutdown begins.
 //!
+//! - `/` (also `/dashboard`): a live page for people, drawn in the browser from
+//!   `/status` (`dashboard`).
 //! - `/metrics`: Prometheus/OpenMetrics text (prometheus-client).
 //! - `/status`: JSON, totals and one object per worker.
 //! - `/healthz`: 200 `ok` while serving, 503 `draining` during shutdown.
@@ -13,9 +16,11 @@
 //!   `agent-send`) gets the same line on the bare TCP connection.
 
 mod cold;
+mod dashboard;
 mod metrics;
 mod status;
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -23,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use linerate_http::request::{Limits, Parsed};
+use linerate_http::request::{BodyFraming, Limits, Parsed};
 use linerate_http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -82,6 +87,7 @@ impl AdminState {
 
 /// How long a connection may stay silent before it is taken for an agent check.
 const AGENT_WAIT: Duration = Duration::from_millis(200);
+/// How long a request head may take, and a kept-alive connection may stay idle.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stops the admin endpoint from accepting (requests already read are answered).
@@ -152,7 +158,7 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>, stop: Ar
         };
         let (state, registry, gbps) = (state.clone(), registry.clone(), gbps.clone());
         tokio::task::spawn_local(async move {
-            if let Err(e) = handle(stream, &state, &registry, gbps.get()).await {
+            if let Err(e) = handle(stream, &state, &registry, &gbps).await {
                 tracing::debug!(%peer, "admin request: {e}");
             }
         });
@@ -166,74 +172,112 @@ async fn handle(
     mut stream: TcpStream,
     state: &AdminState,
     registry: &prometheus_client::registry::Registry,
-    gbps: f64,
+    gbps: &Cell<f64>,
 ) -> std::io::Result<()> {
     let mut probe = [0u8; 1];
     if tokio::time::timeout(AGENT_WAIT, stream.peek(&mut probe)).await.is_err() {
         // Nothing sent: an agent check.
-        stream.write_all(format!("{}\n", state.load_line(gbps)).as_bytes()).await?;
+        stream.write_all(format!("{}\n", state.load_line(gbps.get())).as_bytes()).await?;
         return stream.shutdown().await;
     }
     let mut buf = Vec::with_capacity(1024);
     let mut req = Request::default();
     let limits = Limits { max_head_bytes: 8192, max_uri_bytes: 1024, max_headers: 50 };
-    let parsed = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        loop {
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Ok(None);
+    // Keep-alive, so that a browser polling /status reuses its connection rather than
+    // opening one a second: a browser may open a connection ahead of need and leave it
+    // silent, which the check above would answer with the agent line.
+    loop {
+        let parsed = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            loop {
+                if !buf.is_empty() {
+                    match req.parse(&buf, &limits) {
+                        Ok(Parsed::Complete(n)) => return Ok(Some(Some(n))),
+                        Ok(Parsed::Partial) => {}
+                        Err(_) => return Ok(Some(None)),
+                    }
+                }
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Ok(None);
+                }
             }
-            match req.parse(&buf, &limits) {
-                Ok(Parsed::Complete(_)) => return Ok(Some(true)),
-                Ok(Parsed::Partial) => continue,
-                Err(_) => return Ok(Some(false)),
+        })
+        .await;
+        let head = match parsed {
+            Ok(Ok(Some(head))) => head,
+            Ok(Ok(None)) | Err(_) => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+        };
+        let reply = match head {
+            None => Reply::text("400 Bad Request", "bad request\n"),
+            Some(_) => {
+                let target = req.target();
+                let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+                route(path, state, registry, gbps.get())
             }
+        };
+        // A request with a body (which nothing here reads) ends the connection, and
+        // so does every answer once shutdown has begun: the next request goes to a
+        // new connection, which after a binary upgrade the new process answers.
+        let keep_alive = head.is_some()
+            && req.keep_alive
+            && req.body == BodyFraming::None
+            && !state.shutting_down.load(Ordering::Relaxed);
+        let head_only = head.is_some() && req.method == linerate_http::Method::Head;
+        let response = format!(
+            "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}Connection: {}\r\n\r\n{}",
+            reply.status,
+            reply.content_type,
+            reply.body.len(),
+            reply.headers,
+            if keep_alive { "keep-alive" } else { "close" },
+            if head_only { "" } else { &reply.body }
+        );
+        stream.write_all(response.as_bytes()).await?;
+        match head {
+            Some(n) if keep_alive => drop(buf.drain(..n)),
+            _ => return stream.shutdown().await,
         }
-    })
-    .await;
-    let ok = match parsed {
-        Ok(Ok(Some(ok))) => ok,
-        Ok(Ok(None)) | Err(_) => return Ok(()),
-        Ok(Err(e)) => return Err(e),
-    };
-    let target = req.target();
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let (status, content_type, body) = if !ok {
-        ("400 Bad Request", "text/plain; charset=utf-8", "bad request\n".to_string())
-    } else {
-        route(path, state, registry, gbps)
-    };
-    let head_only = req.method == linerate_http::Method::Head;
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{}",
-        body.len(),
-        if head_only { "" } else { &body }
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    }
 }
 
-fn route(
-    path: &[u8],
-    state: &AdminState,
-    registry: &prometheus_client::registry::Registry,
-    gbps: f64,
-) -> (&'static str, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
+/// One answer of the admin endpoint.
+struct Reply {
+    status: &'static str,
+    content_type: &'static str,
+    body: Cow<'static, str>,
+    /// More header lines, each ending in CRLF.
+    headers: &'static str,
+}
+
+impl Reply {
+    fn new(status: &'static str, content_type: &'static str, body: impl Into<Cow<'static, str>>) -> Reply {
+        Reply { status, content_type, body: body.into(), headers: "" }
+    }
+
+    fn text(status: &'static str, body: impl Into<Cow<'static, str>>) -> Reply {
+        Reply::new(status, "text/plain; charset=utf-8", body)
+    }
+}
+
+fn route(path: &[u8], state: &AdminState, registry: &prometheus_client::registry::Registry, gbps: f64) -> Reply {
     match path {
+        b"/" | b"/dashboard" => {
+            Reply { headers: dashboard::headers(), ..Reply::new("200 OK", "text/html; charset=utf-8", dashboard::PAGE) }
+        }
         b"/metrics" => {
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, registry) {
-                Ok(()) => ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
-                Err(_) => ("500 Internal Server Error", TEXT, "cannot encode metrics\n".into()),
+                Ok(()) => Reply::new("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Err(_) => Reply::text("500 Internal Server Error", "cannot encode metrics\n"),
             }
         }
-        b"/status" => ("200 OK", "application/json", status::json(state, gbps)),
+        b"/status" => Reply::new("200 OK", "application/json", status::json(state, gbps)),
         b"/healthz" if state.shutting_down.load(Ordering::Relaxed) => {
-            ("503 Service Unavailable", TEXT, "draining\n".into())
+            Reply::text("503 Service Unavailable", "draining\n")
         }
-        b"/healthz" => ("200 OK", TEXT, "ok\n".into()),
-        b"/load" => ("200 OK", TEXT, format!("{}\n", state.load_line(gbps))),
-        _ => ("404 Not Found", TEXT, "not found: try /metrics, /status, /healthz or /load\n".into()),
+        b"/healthz" => Reply::text("200 OK", "ok\n"),
+        b"/load" => Reply::text("200 OK", format!("{}\n", state.load_line(gbps))),
+        _ => Reply::text("404 Not Found", "not found: try /, /metrics, /status, /healthz or /load\n"),
     }
 }
 
@@ -292,5 +336,23 @@ mod tests {
         assert_eq!(s2.load_line(0.0), "up 1%", "never 0, which HAProxy reads as drain");
         s2.shutting_down.store(true, Ordering::Relaxed);
         assert_eq!(s2.load_line(0.0), "drain");
+    }
+
+    #[test]
+    fn routes() {
+        let s = Arc::new(state(100, 0.0));
+        let registry = metrics::registry(s.clone());
+        for path in [&b"/"[..], b"/dashboard"] {
+            let r = route(path, &s, &registry, 0.0);
+            assert_eq!((r.status, r.content_type), ("200 OK", "text/html; charset=utf-8"));
+            assert!(r.body.starts_with("<!doctype html>") && r.body.contains("fetch('status'"));
+            assert!(r.headers.starts_with("Content-Security-Policy: default-src 'none';"), "{}", r.headers);
+            assert!(r.headers.ends_with("\r\n"));
+        }
+        let r = route(b"/status", &s, &registry, 0.0);
+        assert_eq!((r.status, r.headers), ("200 OK", ""));
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["totals"]["tls_handshake_failures"], 0);
+        assert_eq!(route(b"/index.html", &s, &registry, 0.0).status, "404 Not Found");
     }
 }

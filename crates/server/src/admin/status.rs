@@ -59,6 +59,7 @@ struct Numbers {
     body_bytes_usertls: u64,
     head_bytes: u64,
     tls_handshakes: u64,
+    tls_handshake_failures: u64,
     ktls_sessions: u64,
     ktls_device_sessions: u64,
     usertls_sessions: u64,
@@ -95,6 +96,7 @@ impl Numbers {
         self.body_bytes_usertls += w.body_bytes_of(TransportKind::UserTls);
         self.head_bytes += w.head_bytes.get();
         self.tls_handshakes += w.tls_handshakes.get();
+        self.tls_handshake_failures += w.tls_handshake_failures.get();
         self.ktls_sessions += w.ktls_sessions.get();
         self.ktls_device_sessions += w.ktls_device_sessions.get();
         self.usertls_sessions += w.usertls_sessions.get();

@@ -66,7 +66,7 @@ impl Transport for Mock {
         self.body_bytes
     }
 
-    async fn close(self, linger: bool) {
+    async fn close(&mut self, linger: bool) {
         self.seen.closed.set(Some(linger));
     }
 }

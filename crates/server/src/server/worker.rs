@@ -258,18 +258,33 @@ async fn accept_loop(worker: Rc<Worker>, listener: TcpListener, scheme: Scheme, 
             cross_domain: count_cross_domain(&worker, &stream),
             sampler: if worker.chooser.borrow().choose() { Sampler::new(&stream) } else { None },
         };
-        let worker = worker.clone();
-        tokio::task::spawn_local(async move {
-            // Counted closed and the slots given back even if the task panics.
-            let _open = OpenConnection { worker: worker.clone(), _permit: permit, _client: client };
-            match scheme {
-                Scheme::Http => {
-                    let transport = Plain::new(stream, SendLimits::new(&settings.config));
-                    conn::serve(transport, &worker, &settings, info).await;
-                }
-                Scheme::Https => serve_tls(stream, &worker, &settings, info).await,
-            }
-        });
+        tokio::task::spawn_local(connection(worker.clone(), stream, scheme, settings, info, permit, client));
+    }
+}
+
+/// One connection's task, from accept to close.
+///
+/// The task's own future stays small: what each phase awaits (plain HTTP; or a TLS
+/// handshake, then HTTP over kernel or user-space TLS) is boxed separately, so a
+/// connection holds the state of the phase it is in, not room for the largest of
+/// all of them at once (inline, they made every task about 11.7 KiB).
+async fn connection(
+    worker: Rc<Worker>,
+    stream: TcpStream,
+    scheme: Scheme,
+    settings: Arc<Settings>,
+    info: conn::ConnInfo,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    client: Option<ClientSlot>,
+) {
+    // Counted closed and the slots given back even if the task panics.
+    let _open = OpenConnection { worker: worker.clone(), _permit: permit, _client: client };
+    match scheme {
+        Scheme::Http => {
+            let transport = Plain::new(stream, SendLimits::new(&settings.config));
+            Box::pin(conn::serve(transport, &worker, &settings, info)).await;
+        }
+        Scheme::Https => Box::pin(serve_tls(stream, &worker, &settings, info)).await,
     }
 }
 
@@ -293,34 +308,38 @@ const TOO_MANY_REQUESTS: &[u8] =
 
 /// Handshake, then serve over kernel TLS when the kernel takes this session's
 /// version and cipher, over the user-space record layer otherwise.
-async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, mut info: conn::ConnInfo) {
+async fn serve_tls(stream: TcpStream, worker: &Worker, settings: &Settings, info: conn::ConnInfo) {
     let Some(tls) = settings.tls.as_ref() else { return };
-    let counters = &worker.counters;
-    let handshake = handshake::accept(&mut stream, tls.server_config.clone());
-    let mut established = match tokio::time::timeout(settings.config.timeouts.header, handshake).await {
-        Ok(Ok(est)) => est,
-        Ok(Err(HandshakeError::PlainHttp)) => {
-            counters.error(ErrorKind::BadRequest);
-            let body = "400 Bad Request: plain HTTP was sent to an HTTPS port\n";
-            let response = format!(
-                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
-            crate::transport::close_tcp(stream, true).await;
-            return;
-        }
-        Ok(Err(e)) => {
-            counters.tls_handshake_failures.add(1);
-            tracing::debug!(worker = worker.index, "TLS handshake failed: {e}");
-            return;
-        }
-        Err(_) => {
-            counters.tls_handshake_failures.add(1);
-            counters.error(ErrorKind::Timeout);
-            return;
-        }
+    // Each phase's future is boxed on its own (see `connection`): the handshake's
+    // state is allocated when the client's first bytes arrive, and freed before the
+    // connection's is allocated.
+    let deadline = tokio::time::Instant::now() + settings.config.timeouts.header;
+    // Boxed: the timer is only needed until then, and inline it would make every
+    // connection's task larger.
+    if Box::pin(tokio::time::timeout_at(deadline, stream.readable())).await.is_err() {
+        handshake_timed_out(worker);
+        return;
+    }
+    let serving = match Box::pin(handshake(stream, worker, settings, tls, deadline)).await {
+        Some((stream, established)) => after_handshake(stream, established, worker, settings, tls, info),
+        None => return,
     };
+    if let Some(serving) = serving {
+        serving.await;
+    }
+}
+
+/// HTTP over the established session: the connection's future, boxed. Not async,
+/// so that the transport built here is not kept in the caller's future as well.
+fn after_handshake<'a>(
+    stream: TcpStream,
+    mut established: crate::tls::handshake::Established,
+    worker: &'a Worker,
+    settings: &'a Settings,
+    tls: &crate::tls::TlsSettings,
+    mut info: conn::ConnInfo,
+) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>> {
+    let counters = &worker.counters;
     counters.tls_handshakes.add(1);
     info.tls = Some(conn::TlsInfo {
         version: match established.protocol {
@@ -342,7 +361,7 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
             Ok(transport) => {
                 counters.ktls_sessions.add(1);
                 count_offload(worker, addrs);
-                conn::serve(transport, worker, settings, info).await;
+                Some(Box::pin(conn::serve(transport, worker, settings, info)))
             }
             Err(e) => {
                 counters.tls_handshake_failures.add(1);
@@ -350,12 +369,54 @@ async fn serve_tls(mut stream: TcpStream, worker: &Worker, settings: &Settings, 
                     worker = worker.index,
                     "cannot hand the TLS session to the kernel: {e}; connection closed"
                 );
+                None
             }
         }
     } else {
         counters.usertls_sessions.add(1);
         let transport = UserTls::new(stream, established, send_limits, worker.record_buffers.clone());
-        conn::serve(transport, worker, settings, info).await;
+        Some(Box::pin(conn::serve(transport, worker, settings, info)))
+    }
+}
+
+fn handshake_timed_out(worker: &Worker) {
+    worker.counters.tls_handshake_failures.add(1);
+    worker.counters.error(ErrorKind::Timeout);
+}
+
+/// The TLS handshake, done by `deadline`; a client speaking plain HTTP gets a 400
+/// saying so. `None`: the connection is over (failure counted).
+async fn handshake(
+    mut stream: TcpStream,
+    worker: &Worker,
+    settings: &Settings,
+    tls: &crate::tls::TlsSettings,
+    deadline: tokio::time::Instant,
+) -> Option<(TcpStream, crate::tls::handshake::Established)> {
+    let counters = &worker.counters;
+    let handshake = handshake::accept(&mut stream, tls.server_config.clone());
+    match tokio::time::timeout_at(deadline, handshake).await {
+        Ok(Ok(est)) => Some((stream, est)),
+        Ok(Err(HandshakeError::PlainHttp)) => {
+            counters.error(ErrorKind::BadRequest);
+            let body = "400 Bad Request: plain HTTP was sent to an HTTPS port\n";
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::time::timeout(settings.config.timeouts.send, stream.write_all(response.as_bytes())).await;
+            crate::transport::close_tcp(&mut stream, true).await;
+            None
+        }
+        Ok(Err(e)) => {
+            counters.tls_handshake_failures.add(1);
+            tracing::debug!(worker = worker.index, "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            handshake_timed_out(worker);
+            None
+        }
     }
 }
 
@@ -425,4 +486,60 @@ impl Drop for OpenConnection {
 
 fn is_resource_exhaustion(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Transport;
+
+    /// The signature of `connection`, returning the future `F`.
+    type ConnectionFn<F> = fn(
+        Rc<Worker>,
+        TcpStream,
+        Scheme,
+        Arc<Settings>,
+        conn::ConnInfo,
+        tokio::sync::OwnedSemaphorePermit,
+        Option<ClientSlot>,
+    ) -> F;
+
+    /// The size of the future `f` returns, without calling it.
+    fn task_size<F>(_: ConnectionFn<F>) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn serve_size<'a, T: Transport, F>(
+        _: impl FnOnce(T, &'a conn::Context, &'a Settings, conn::ConnInfo) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn handshake_size<'a, F>(
+        _: impl FnOnce(TcpStream, &'a Worker, &'a Settings, &'a crate::tls::TlsSettings, tokio::time::Instant) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// What every open connection carries is its task's future plus the boxed
+    /// future of the phase it is in (see `connection`). These bounds keep them
+    /// from growing back unnoticed (bench/conn-memory.py measures the whole).
+    #[test]
+    fn connection_futures_stay_small() {
+        let task = task_size(connection);
+        let plain = serve_size(conn::serve::<Plain>);
+        let user_tls = serve_size(conn::serve::<UserTls>);
+        let ktls = serve_size(conn::serve::<Ktls>);
+        let handshake = handshake_size(handshake);
+        println!(
+            "task {task}, handshake {handshake}, plain {plain}, user-space TLS {user_tls}, kernel TLS {ktls} bytes"
+        );
+        assert!(task <= 320, "connection task: {task} bytes");
+        assert!(handshake <= 3072, "handshake: {handshake} bytes");
+        for (name, size, max) in
+            [("plain", plain, 1536), ("user-space TLS", user_tls, 3072), ("kernel TLS", ktls, 1536)]
+        {
+            assert!(size <= max, "{name}: {size} bytes, more than {max}");
+        }
+    }
 }

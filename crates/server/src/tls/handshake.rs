@@ -56,10 +56,15 @@ impl Established {
 }
 
 /// Runs the server side of the handshake on `stream`.
+///
+/// Memory is taken only while there is work: nothing before the client's first
+/// byte arrives, and no record buffer while waiting for the client's next flight
+/// (a server under a flood of new sessions holds thousands of handshakes at once).
 pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result<Established, HandshakeError> {
+    stream.readable().await?;
     let mut conn = UnbufferedServerConnection::new(config)?;
-    let mut incoming: Vec<u8> = Vec::with_capacity(2048);
-    let mut outgoing: Vec<u8> = vec![0; 4096];
+    let mut incoming: Vec<u8> = Vec::new();
+    let mut outgoing: Vec<u8> = Vec::new();
     let mut out_len = 0;
     let mut sni = None;
     loop {
@@ -91,10 +96,21 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
             ConnectionState::TransmitTlsData(data) => {
                 stream.write_all(&outgoing[..out_len]).await?;
                 out_len = 0;
+                outgoing = Vec::new();
                 data.done();
             }
             ConnectionState::BlockedHandshake => need_record = true,
-            ConnectionState::WriteTraffic(_) => done = true,
+            ConnectionState::WriteTraffic(_) => {
+                // The flight ends with a TransmitTlsData, so nothing should be left;
+                // were rustls ever to end it without one, the session tickets would be
+                // lost (no resumption) and the sequence numbers handed to the record
+                // layer would count records the client never saw.
+                if out_len > 0 {
+                    stream.write_all(&outgoing[..out_len]).await?;
+                    out_len = 0;
+                }
+                done = true;
+            }
             ConnectionState::PeerClosed | ConnectionState::Closed => return Err(HandshakeError::Closed),
             _ => {
                 return Err(HandshakeError::Io(io::Error::new(
@@ -104,6 +120,9 @@ pub async fn accept(stream: &mut TcpStream, config: Arc<ServerConfig>) -> Result
             }
         }
         incoming.drain(..discard);
+        if incoming.is_empty() {
+            incoming = Vec::new();
+        }
         if done {
             break;
         }

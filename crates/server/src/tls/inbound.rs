@@ -27,7 +27,8 @@ use super::record::{self, Opener, RecordError};
 pub struct Inbound {
     opener: Opener,
     /// Received bytes not yet opened (at most one partial record after a call to
-    /// [`Inbound::open_records`], plus anything after a close_notify).
+    /// [`Inbound::open_records`], plus anything after a close_notify); freed when
+    /// empty.
     rx: Vec<u8>,
     peer_closed: bool,
     key_update_due: bool,
@@ -114,7 +115,22 @@ impl Inbound {
             }
         }
         self.rx.drain(..consumed);
+        if self.rx.is_empty() {
+            // Nothing partial is left: free the buffer, so that an idle connection
+            // holds none (the next read makes room again, see `read_size`).
+            self.rx = Vec::new();
+        }
         Ok(appended)
+    }
+
+    /// How much room the next read needs: the rest of the record being received
+    /// once its header is in, `first` before that. Room is then made only as
+    /// bytes arrive, and only as much as one record needs.
+    pub fn read_size(&self, first: usize) -> usize {
+        match self.opener.record_len(&self.rx) {
+            Ok(Some(len)) => len.saturating_sub(self.rx.len()).max(1),
+            _ => first,
+        }
     }
 }
 

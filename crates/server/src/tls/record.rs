@@ -143,6 +143,13 @@ impl Sealer {
         self.seq
     }
 
+    /// Takes back the last `records` sequence numbers, for records that were
+    /// sealed but dropped before any byte of them was written: the next records
+    /// reuse their nonces. Only for records no peer can ever see.
+    pub fn rewind(&mut self, records: u64) {
+        self.seq = self.seq.checked_sub(records).expect("rewinding only records sealed under the current keys");
+    }
+
     /// Seals a record in place. Its `len`-byte payload is at
     /// `record[self.payload_offset()..]`; `record` must hold `len + self.overhead()`
     /// bytes. Writes the header, nonce, inner content type and tag; returns the

@@ -38,6 +38,28 @@ pub fn write_cert(dir: &Path, stem: &str, names: &[&str], from_days: i64, until_
 /// A completed in-memory handshake with `suite`: the client side, and the server
 /// side's extracted secrets (what the transports start from).
 pub fn establish(suite: SupportedCipherSuite) -> (ClientConnection, ExtractedSecrets) {
+    let (server_config, client_config) = configs(suite);
+    let mut client = ClientConnection::new(client_config, "localhost".try_into().unwrap()).unwrap();
+    let mut server = ServerConnection::new(server_config).unwrap();
+    while client.is_handshaking() || server.is_handshaking() || client.wants_write() || server.wants_write() {
+        let mut buf = Vec::new();
+        client.write_tls(&mut buf).unwrap();
+        server.read_tls(&mut &buf[..]).unwrap();
+        server.process_new_packets().unwrap();
+        let mut buf = Vec::new();
+        server.write_tls(&mut buf).unwrap();
+        client.read_tls(&mut &buf[..]).unwrap();
+        client.process_new_packets().unwrap();
+    }
+    assert_eq!(server.negotiated_cipher_suite(), Some(suite));
+    #[allow(deprecated)] // the buffered API is fine for an in-memory test session
+    let secrets = server.dangerous_extract_secrets().unwrap();
+    (client, secrets)
+}
+
+/// A server configuration (a fresh self-signed certificate for "localhost", secret
+/// extraction on) and a client configuration that trusts it and offers only `suite`.
+pub fn configs(suite: SupportedCipherSuite) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap().self_signed(&key).unwrap();
     let cert_der = CertificateDer::from(cert.der().to_vec());
@@ -63,21 +85,5 @@ pub fn establish(suite: SupportedCipherSuite) -> (ClientConnection, ExtractedSec
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-
-    let mut client = ClientConnection::new(Arc::new(client_config), "localhost".try_into().unwrap()).unwrap();
-    let mut server = ServerConnection::new(Arc::new(server_config)).unwrap();
-    while client.is_handshaking() || server.is_handshaking() || client.wants_write() || server.wants_write() {
-        let mut buf = Vec::new();
-        client.write_tls(&mut buf).unwrap();
-        server.read_tls(&mut &buf[..]).unwrap();
-        server.process_new_packets().unwrap();
-        let mut buf = Vec::new();
-        server.write_tls(&mut buf).unwrap();
-        client.read_tls(&mut &buf[..]).unwrap();
-        client.process_new_packets().unwrap();
-    }
-    assert_eq!(server.negotiated_cipher_suite(), Some(suite));
-    #[allow(deprecated)] // the buffered API is fine for an in-memory test session
-    let secrets = server.dangerous_extract_secrets().unwrap();
-    (client, secrets)
+    (Arc::new(server_config), Arc::new(client_config))
 }

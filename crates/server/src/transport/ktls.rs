@@ -66,6 +66,8 @@ impl Transport for Ktls {
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         loop {
+            // Room is made once a record is there: an idle connection holds no buffer.
+            self.stream.readable().await?;
             let start = buf.len();
             let room = (buf.capacity() - start).max(1024);
             buf.resize(start + room, 0);
@@ -79,7 +81,6 @@ impl Transport for Ktls {
                 Ok(Received::Control { record_type, len }) => control::classify(record_type, &buf[start..start + len]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     buf.truncate(start);
-                    self.stream.readable().await?;
                     continue;
                 }
                 Err(e) => {
@@ -139,9 +140,9 @@ impl Transport for Ktls {
         self.records >= self.record_limit - self.record_limit / 8
     }
 
-    async fn close(self, linger: bool) {
+    async fn close(&mut self, linger: bool) {
         // close_notify, if the socket takes it at once.
         let _ = ktls::send_record(self.stream.as_fd(), record::CONTENT_ALERT, &control::CLOSE_NOTIFY);
-        socket::close(self.stream, linger).await
+        socket::close(&mut self.stream, linger).await
     }
 }

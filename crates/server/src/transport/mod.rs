@@ -29,6 +29,21 @@ pub mod usertls;
 pub use socket::close as close_tcp;
 pub use socket::SendLimits;
 
+/// A read buffer's first allocation: room for a typical request head.
+const FIRST_READ_BYTES: usize = 2048;
+/// How much a read buffer grows by when a head needs more.
+const READ_CHUNK_BYTES: usize = 4096;
+
+/// Makes room in `buf` for a read, once bytes have arrived: a first allocation of
+/// 2 KiB, then 4 KiB more whenever less than half of that is left.
+pub fn read_room(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        buf.reserve_exact(FIRST_READ_BYTES);
+    } else if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 2 {
+        buf.reserve(READ_CHUNK_BYTES);
+    }
+}
+
 /// Why sending a response stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -55,7 +70,9 @@ pub trait Transport {
     /// Which send path this is, for the body-byte counters.
     const KIND: crate::counters::TransportKind;
 
-    /// Reads whatever has arrived into the spare capacity of `buf`; `Ok(0)` at end of stream.
+    /// Waits for bytes, then appends whatever has arrived to `buf`; `Ok(0)` at end of
+    /// stream. Room in `buf` is made only once bytes are there (see [`read_room`]),
+    /// so a connection waiting for its next request may hold no buffer at all.
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize>;
 
     /// Sends all of `bytes`. `more` says that body bytes follow at once, so the
@@ -83,5 +100,8 @@ pub trait Transport {
     /// whatever the client still sends is read and dropped for a short while, so
     /// that unread request bytes do not turn the close into a reset that could
     /// destroy the response before the client has read it.
-    async fn close(self, linger: bool);
+    /// It borrows rather than consumes the transport, so that the connection's
+    /// future does not keep a second copy of it for the close (the socket is closed
+    /// when the transport is dropped, right after).
+    async fn close(&mut self, linger: bool);
 }

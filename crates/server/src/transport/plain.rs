@@ -3,7 +3,6 @@
 use std::fs::File;
 use std::io;
 
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::socket::{Pace, SendLimits};
@@ -25,7 +24,14 @@ impl Transport for Plain {
     const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Plain;
 
     async fn read(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        self.stream.read_buf(buf).await
+        loop {
+            self.stream.readable().await?;
+            super::read_room(buf);
+            match self.stream.try_read_buf(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
     }
 
     async fn write_all(&mut self, bytes: &[u8], more: bool) -> Result<(), SendError> {
@@ -44,7 +50,7 @@ impl Transport for Plain {
         self.body_bytes
     }
 
-    async fn close(self, linger: bool) {
-        socket::close(self.stream, linger).await
+    async fn close(&mut self, linger: bool) {
+        socket::close(&mut self.stream, linger).await
     }
 }

@@ -158,7 +158,7 @@ pub async fn sendfile_all(
 
 /// Shuts the sending side and, with `linger`, reads and drops what the client
 /// still sends for a moment (see `Transport::close`).
-pub async fn close(mut stream: TcpStream, linger: bool) {
+pub async fn close(stream: &mut TcpStream, linger: bool) {
     let _ = stream.shutdown().await;
     if !linger {
         return;
