@@ -1,0 +1,308 @@
+# A three-node linerate fleet behind HAProxy, scraped by Prometheus (sourced by
+# tests/fleet/run and bench/fleet.sh; the caller has sourced bench/lib.sh and set
+# `bin`).
+#
+# Network: four network namespaces made here and nothing outside them. `front` holds
+# a bridge (10.77.0.1/24), HAProxy (10.77.0.1:8080 HTTP, :8443 HTTPS passed through),
+# Prometheus (127.0.0.1:9091) and the `linerate bench` clients; nodes a, b and c
+# (10.77.0.11-13) each hang on the bridge by a veth pair and run `linerate serve`
+# (HTTP :8080, HTTPS :8443, admin :9090) with one worker on the same catalogue.
+# fleet_up sets an exit trap that kills every process in those namespaces, deletes
+# them (their veths and bridge go with them) and removes the scratch directory.
+
+fleet_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+fleet_py="$fleet_dir/fleet.py"
+nodes=(a b c)
+declare -A node_ip=([a]=10.77.0.11 [b]=10.77.0.12 [c]=10.77.0.13) node_pid=()
+front_ip=10.77.0.1
+prom_url=http://127.0.0.1:9091
+fleet_ns=()
+# HAProxy's health-check and agent-check intervals (seconds) and the number of failed
+# checks that mark a node down.
+check_inter=1 agent_inter=1 check_fall=2
+
+die() { echo "fleet: $*" >&2; exit 1; }
+in_front() { ip netns exec "$front" "$@"; }
+now() { date +%s.%N; }
+
+# fleet_require: fails loudly on a missing package or kernel feature.
+fleet_require() {
+    [ "$(id -u)" = 0 ] || die "needs root (network namespaces, veths, a bridge)"
+    local t
+    for t in haproxy prometheus ip curl openssl python3; do
+        command -v "$t" >/dev/null || die "missing $t (apt-get install haproxy prometheus iproute2 curl openssl python3)"
+    done
+}
+
+fleet_cleanup() {
+    local ns p
+    for ns in "${fleet_ns[@]}"; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    { wait; } 2>/dev/null || true
+    for ns in "${fleet_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    [ -z "${work:-}" ] || rm -rf "$work"
+}
+
+# fleet_net: the namespaces, the bridge and the veths.
+fleet_net() {
+    local tag="lrfleet$$" n
+    front="$tag-front"
+    fleet_ns=("$front")
+    ip netns add "$front" || die "cannot create a network namespace"
+    ip -n "$front" link set lo up
+    ip -n "$front" link add br0 type bridge || die "no bridge support in this kernel"
+    ip -n "$front" addr add "$front_ip/24" dev br0
+    ip -n "$front" link set br0 up
+    for n in "${nodes[@]}"; do
+        ip netns add "$tag-$n" || die "cannot create a network namespace"
+        fleet_ns+=("$tag-$n")
+        ip -n "$tag-$n" link set lo up
+        ip link add "v$n" netns "$front" type veth peer name eth0 netns "$tag-$n" || die "no veth support in this kernel"
+        ip -n "$front" link set "v$n" master br0 up
+        ip -n "$tag-$n" addr add "${node_ip[$n]}/24" dev eth0
+        ip -n "$tag-$n" link set eth0 up
+    done
+}
+node_ns() { echo "lrfleet$$-$1"; }
+
+# fleet_catalogue TITLES MIB: TITLES titles t1..tN, each a directory with one
+# MIB-MiB file (v.bin) that sessions read segment by segment, in $work/root; sets
+# `files` for `linerate bench --files`.
+fleet_catalogue() {
+    local i
+    for i in $(seq 1 "$1"); do
+        mkdir -p "$work/root/t$i"
+        head -c "$(($2 * 1024 * 1024))" /dev/urandom > "$work/root/t$i/v.bin"
+    done
+    files=$(seq 1 "$1" | sed 's|.*|t&/v.bin|' | paste -sd,)
+}
+
+# fleet_cert: a CA and a certificate for the fleet's front address, in $work.
+fleet_cert() {
+    local d=$work
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=fleet test CA" \
+        -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=media.fleet.test" \
+        -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:%s,DNS:media.fleet.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$front_ip" > "$d/ext.cnf"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+        -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
+}
+
+# node_start NODE [CAPACITY_GBPS]: starts (or restarts) a node and waits until it
+# listens. CAPACITY_GBPS sets [admin] capacity_gbps, the throughput at which its
+# /load reports no spare capacity.
+node_start() {
+    local n=$1 ip=${node_ip[$1]} i
+    cat > "$work/node-$n.toml" <<EOF
+root = "$work/root"
+listen = ["$ip:8080"]
+tls_listen = ["$ip:8443"]
+workers = 1
+[tls]
+cert = "$work/cert.pem"
+key = "$work/key.pem"
+[timeouts]
+drain = "20s"
+[client_limits]
+max_connections = 0
+max_new_connections_per_second = 0
+[admin]
+listen = "$ip:9090"
+capacity_connections = 2000
+capacity_gbps = ${2:-0}
+EOF
+    ip netns exec "$(node_ns "$n")" "$bin" serve --config "$work/node-$n.toml" --log-level warn \
+        > "$work/node-$n.out" 2> "$work/node-$n.err" &
+    node_pid[$n]=$!
+    pids+=("$!")
+    for i in $(seq 1 100); do
+        grep -q "^listening admin" "$work/node-$n.out" 2>/dev/null && return 0
+        kill -0 "${node_pid[$n]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$work/node-$n.err" >&2
+    die "node $n did not start"
+}
+
+haproxy_conf() {
+    local n servers="" tls_servers=""
+    for n in "${nodes[@]}"; do
+        servers+="    server $n ${node_ip[$n]}:8080"$'\n'
+        tls_servers+="    server $n ${node_ip[$n]}:8443"$'\n'
+    done
+    cat > "$work/haproxy.cfg" <<EOF
+global
+    stats socket $work/haproxy.sock mode 600 level admin
+    maxconn 4000
+
+defaults
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    timeout check 2s
+    # A request that could not be sent to a node (refused, reset before an answer)
+    # goes to another node; consistent hashing picks the next one on the ring.
+    retries 3
+    option redispatch 1
+    # Health: GET /healthz on the admin port (503 while draining); weight and drain
+    # from the agent check, the bare /load line on the same port.
+    default-server check port 9090 inter ${check_inter}s fall $check_fall rise 2 agent-check agent-port 9090 agent-inter ${agent_inter}s
+
+frontend media
+    mode http
+    bind $front_ip:8080
+    default_backend nodes
+
+backend nodes
+    mode http
+    # The first two path levels, /title/: a title's segments all go to one node.
+    balance uri depth 2
+    hash-type consistent
+    retry-on all-retryable-errors
+    option httpchk
+    http-check send meth GET uri /healthz
+    http-check expect status 200
+$servers
+frontend media_tls
+    mode tcp
+    bind $front_ip:8443
+    default_backend nodes_tls
+
+backend nodes_tls
+    # TLS passed through, terminated by the nodes; a client address sticks to a node.
+    mode tcp
+    balance source
+    hash-type consistent
+    option httpchk
+    http-check send meth GET uri /healthz
+    http-check expect status 200
+$tls_servers
+EOF
+}
+
+prometheus_conf() {
+    local n targets=()
+    for n in "${nodes[@]}"; do targets+=("'${node_ip[$n]}:9090'"); done
+    cat > "$work/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: linerate
+    static_configs:
+      - targets: [$(IFS=,; echo "${targets[*]}")]
+EOF
+}
+
+# fleet_up TITLES MIB: the whole fleet, ready (every node UP in HAProxy, Prometheus
+# scraping them all).
+fleet_up() {
+    fleet_require
+    work=$(mktemp -d)
+    pids=()
+    trap fleet_cleanup EXIT
+    trap 'exit 130' INT TERM HUP
+    fleet_net
+    fleet_catalogue "$1" "$2"
+    fleet_cert
+    local n i
+    for n in "${nodes[@]}"; do node_start "$n"; done
+    haproxy_conf
+    haproxy -c -q -f "$work/haproxy.cfg" || die "HAProxy refuses its configuration"
+    in_front haproxy -db -f "$work/haproxy.cfg" > "$work/haproxy.log" 2>&1 &
+    pids+=("$!")
+    prometheus_conf
+    in_front prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prometheus" \
+        --web.listen-address=127.0.0.1:9091 > "$work/prometheus.log" 2>&1 &
+    pids+=("$!")
+    for n in "${nodes[@]}"; do
+        for i in $(seq 1 50); do [ -S "$work/haproxy.sock" ] && break; sleep 0.1; done
+        python3 "$fleet_py" wait "$work/haproxy.sock" "$n" UP 10 || { cat "$work/haproxy.log" >&2; die "node $n not UP in HAProxy"; }
+    done
+    for i in $(seq 1 100); do
+        [ "$(in_front python3 "$fleet_py" prom "$prom_url" 'count(up == 1)' 2>/dev/null)" = 3 ] && return 0
+        sleep 0.2
+    done
+    tail -20 "$work/prometheus.log" >&2
+    die "Prometheus does not scrape the three nodes"
+}
+
+# fleet_bench OUT ARGS...: `linerate bench --json` from the front namespace through
+# HAProxy over HTTP, every byte verified, into OUT.
+fleet_bench() {
+    local out=$1
+    shift
+    in_front "$bin" bench --base-url "http://$front_ip:8080/" --files "$files" --zipf 0 \
+        --segment-bytes 1048576 --verify "$work/root" --workers 1 --json "$@" > "$out"
+}
+
+# sample_start SECONDS / sample_stop: HAProxy's per-server figures every 0.1 s into
+# $work/sample.
+sample_start() {
+    rm -f "$work/sample.stop"
+    python3 "$fleet_py" sample "$work/haproxy.sock" "$work/sample" "$1" &
+    sampler=$!
+    pids+=("$sampler")
+}
+sample_stop() {
+    touch "$work/sample.stop"
+    wait "$sampler" 2>/dev/null || true
+}
+
+bench_value() { python3 "$fleet_py" bench "$1" "$2"; }
+
+# node_restart NODE: after a drain or a crash, the node back and UP in HAProxy.
+node_restart() {
+    node_start "$1" "${2:-0}"
+    python3 "$fleet_py" wait "$work/haproxy.sock" "$1" UP 15 || die "node $1 not UP again"
+}
+
+# Scenarios. Each prints one result line `NAME key=value...` and returns 1 (after
+# saying why on stderr) when a check fails.
+fail() { echo "FAIL $*" >&2; return 1; }
+
+# scenario_metrics SECONDS SESSIONS MBPS: paced sessions through HAProxy over HTTP;
+# Prometheus's fleet Gb/s over the run (docs/OPERATIONS.md's query) within 10% of
+# what the bench measured. Then a short HTTPS run through the TCP pass-through.
+scenario_metrics() {
+    local d=$1 s=$2 r=$3 t_start t_end bench_gbps prom_gbps rate_gbps elapsed errs before after diff
+    t_start=$(now)
+    fleet_bench "$work/metrics.json" --sessions "$s" --duration "$d" --bitrate-mbps "$r" ||
+        fail "metrics: bench failed" || return 1
+    t_end=$(now)
+    sleep 2.5 # two scrapes after the end
+    bench_gbps=$(bench_value "$work/metrics.json" gbps)
+    elapsed=$(bench_value "$work/metrics.json" elapsed_s)
+    errs=$(bench_value "$work/metrics.json" errors_total)
+    # The fleet's body bytes before and after the run (the last scrape before each
+    # time), over the bench's own duration.
+    before=$(in_front python3 "$fleet_py" prom "$prom_url" 'sum(linerate_body_bytes_total)' "$t_start") &&
+        after=$(in_front python3 "$fleet_py" prom "$prom_url" 'sum(linerate_body_bytes_total)' "$(now)") ||
+        fail "metrics: Prometheus query failed" || return 1
+    prom_gbps=$(python3 -c "print('%.4f' % (($after - $before) * 8 / 1e9 / $elapsed))")
+    # The dashboard's query, for comparison (rate() misses the start-up burst before
+    # the first scrape of the window).
+    rate_gbps=$(in_front python3 "$fleet_py" prom "$prom_url" \
+        "sum(rate(linerate_body_bytes_total[$(printf %.0f "$elapsed")s])) * 8 / 1e9" "$t_end")
+    diff=$(python3 -c "print('%.1f' % (abs($prom_gbps - $bench_gbps) / $bench_gbps * 100))")
+    echo "metrics bench_gbps=$bench_gbps prometheus_gbps=$prom_gbps diff_pct=$diff rate_query_gbps=$(printf %.4f "$rate_gbps") errors=$errs"
+    [ "$errs" = 0 ] || fail "metrics: $errs failed requests: $(bench_value "$work/metrics.json" first_error)" || return 1
+    python3 -c "import sys; sys.exit(0 if $diff <= 10 else 1)" ||
+        fail "metrics: Prometheus says $prom_gbps Gb/s, the bench $bench_gbps Gb/s" || return 1
+
+    in_front "$bin" bench --base-url "https://$front_ip:8443/" --files "$files" --zipf 0 --cacert "$work/ca.pem" \
+        --segment-bytes 1048576 --verify "$work/root" --workers 1 --json --sessions 4 --duration 3 \
+        > "$work/https.json" || fail "https: bench failed" || return 1
+    sleep 2
+    errs=$(bench_value "$work/https.json" errors_total)
+    local tls ktls
+    tls=$(in_front python3 "$fleet_py" prom "$prom_url" 'sum(linerate_tls_sessions_total)')
+    ktls=$(in_front python3 "$fleet_py" prom "$prom_url" \
+        'sum(linerate_body_bytes_total{transport="ktls"}) / sum(linerate_body_bytes_total{transport=~"ktls|usertls"})')
+    echo "https gbps=$(bench_value "$work/https.json" gbps) errors=$errs tls_sessions=$tls ktls_byte_share=$ktls"
+    [ "$errs" = 0 ] || fail "https: $errs failed requests: $(bench_value "$work/https.json" first_error)" || return 1
+    [ "${tls%.*}" -gt 0 ] || fail "https: no TLS session on any node" || return 1
+}
