@@ -3,6 +3,7 @@
 
   fleet.py stat SOCK                          one line per server of the `nodes` backend:
                                               name stot scur weight status
+  fleet.py cmd SOCK LINE...                   HAProxy runtime commands (fails on any answer)
   fleet.py wait SOCK SERVER STATUS SECONDS    until SERVER's status starts with STATUS
                                               (UP, DOWN, DRAIN...); exit 1 on time-out
   fleet.py sample SOCK OUT SECONDS            every 0.1 s for SECONDS (or until OUT.stop
@@ -25,11 +26,11 @@ import urllib.request
 BACKEND = "nodes"
 
 
-def show_stat(sock):
+def command(sock, line):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)
     s.connect(sock)
-    s.sendall(b"show stat\n")
+    s.sendall(line.encode() + b"\n")
     data = b""
     while True:
         chunk = s.recv(65536)
@@ -37,7 +38,11 @@ def show_stat(sock):
             break
         data += chunk
     s.close()
-    lines = data.decode().splitlines()
+    return data.decode()
+
+
+def show_stat(sock):
+    lines = command(sock, "show stat").splitlines()
     header = lines[0].lstrip("# ").split(",")
     rows = []
     for line in lines[1:]:
@@ -66,6 +71,12 @@ def main():
     if cmd == "stat":
         for row in show_stat(args[0]):
             print(fmt(row))
+    elif cmd == "cmd":
+        for line in args[1:]:
+            out = command(args[0], line).strip()
+            if out:
+                print("%s: %s" % (line, out), file=sys.stderr)
+                return 1
     elif cmd == "wait":
         sock, server, status, secs = args[0], args[1], args[2], float(args[3])
         end = time.time() + secs

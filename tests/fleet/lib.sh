@@ -42,7 +42,11 @@ fleet_cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     { wait; } 2>/dev/null || true
     for ns in "${fleet_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-    [ -z "${work:-}" ] || rm -rf "$work"
+    if [ -n "${work:-}" ]; then
+        # FLEET_KEEP=DIR: keep the logs, configurations and samples (not the catalogue).
+        [ -z "${FLEET_KEEP:-}" ] || { mkdir -p "$FLEET_KEEP"; rm -rf "$work/root" "$work/prometheus"; cp -r "$work/." "$FLEET_KEEP"; }
+        rm -rf "$work"
+    fi
 }
 
 # fleet_net: the namespaces, the bridge and the veths.
@@ -76,6 +80,7 @@ fleet_catalogue() {
         mkdir -p "$work/root/t$i"
         head -c "$(($2 * 1024 * 1024))" /dev/urandom > "$work/root/t$i/v.bin"
     done
+    titles=$1
     files=$(seq 1 "$1" | sed 's|.*|t&/v.bin|' | paste -sd,)
 }
 
@@ -149,7 +154,7 @@ defaults
     option redispatch 1
     # Health: GET /healthz on the admin port (503 while draining); weight and drain
     # from the agent check, the bare /load line on the same port.
-    default-server check port 9090 inter ${check_inter}s fall $check_fall rise 2 agent-check agent-port 9090 agent-inter ${agent_inter}s
+    default-server weight 100 check port 9090 inter ${check_inter}s fall $check_fall rise 2 agent-check agent-port 9090 agent-inter ${agent_inter}s
 
 frontend media
     mode http
@@ -165,6 +170,8 @@ backend nodes
     option httpchk
     http-check send meth GET uri /healthz
     http-check expect status 200
+    # Which node answered, for the operator (and the tests).
+    http-response set-header X-Served-By %[srv_name]
 $servers
 frontend media_tls
     mode tcp
@@ -255,8 +262,13 @@ sample_stop() {
 bench_value() { python3 "$fleet_py" bench "$1" "$2"; }
 
 # node_restart NODE: after a drain or a crash, the node back and UP in HAProxy.
+#
+# The agent's `drain` puts the server in HAProxy's administrative drain state, which
+# only an agent reply with `ready` (or the operator) lifts; /load answers `up N%`, so
+# after a restart the node is set ready through the stats socket, as an operator does.
 node_restart() {
     node_start "$1" "${2:-0}"
+    python3 "$fleet_py" cmd "$work/haproxy.sock" "set server nodes/$1 state ready" "set server nodes_tls/$1 state ready"
     python3 "$fleet_py" wait "$work/haproxy.sock" "$1" UP 15 || die "node $1 not UP again"
 }
 
@@ -305,4 +317,99 @@ scenario_metrics() {
     echo "https gbps=$(bench_value "$work/https.json" gbps) errors=$errs tls_sessions=$tls ktls_byte_share=$ktls"
     [ "$errs" = 0 ] || fail "https: $errs failed requests: $(bench_value "$work/https.json" first_error)" || return 1
     [ "${tls%.*}" -gt 0 ] || fail "https: no TLS session on any node" || return 1
+}
+
+# big_title_on NODE MIB: a title of MIB MiB, outside the bench's list, that HAProxy
+# sends to NODE (names are tried until X-Served-By, also on 404s, names NODE).
+big_title_on() {
+    local i
+    for i in $(seq 1 60); do
+        if in_front curl -sS -o /dev/null -D - "http://$front_ip:8080/big$i/v.bin" | grep -qi "^x-served-by: $1"; then
+            mkdir -p "$work/root/big$i"
+            head -c "$(($2 * 1024 * 1024))" /dev/urandom > "$work/root/big$i/v.bin"
+            echo "big$i"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# scenario_drain SECONDS SESSIONS MBPS: SIGTERM to node b a third into a verified
+# run, while a slow viewer (curl at 2 MB/s) downloads a 24 MiB title from it. HAProxy
+# gives b no new session later than one agent interval after the signal and takes it
+# out of rotation (DRAIN or DOWN) as soon; its transfers finish (the slow download is
+# whole and right, the bench has no failed request and no wrong byte); it exits 0.
+scenario_drain() {
+    local d=$1 s=$2 r=$3 t0 bench slow title errs res last out rc=0 slow_rc=0
+    title=$(big_title_on b 24) || fail "drain: no title goes to node b" || return 1
+    sample_start $((d + 40))
+    fleet_bench "$work/drain.json" --sessions "$s" --duration "$d" --bitrate-mbps "$r" &
+    bench=$!
+    pids+=("$bench")
+    sleep "$(python3 -c "print($d / 3)")"
+    in_front curl -sS --limit-rate 2M -o "$work/slow.bin" "http://$front_ip:8080/$title/v.bin" &
+    slow=$!
+    pids+=("$slow")
+    sleep 0.5
+    t0=$(now)
+    kill -TERM "${node_pid[b]}"
+    wait "$bench" || fail "drain: bench failed" || return 1
+    wait "$slow" || slow_rc=$?
+    wait "${node_pid[b]}" || rc=$?
+    sample_stop
+    errs=$(bench_value "$work/drain.json" errors_total)
+    res=$(python3 "$fleet_py" drain "$work/sample" b "$t0")
+    out=same
+    cmp -s "$work/slow.bin" "$work/root/$title/v.bin" || out=different
+    echo "drain $res agent_inter_s=$agent_inter node_exit=$rc slow_download=$out bench_errors=$errs verified_bytes=$(bench_value "$work/drain.json" verified_bytes) gbps=$(bench_value "$work/drain.json" gbps)"
+    [ "$errs" = 0 ] || fail "drain: $errs failed requests: $(bench_value "$work/drain.json" first_error)" || return 1
+    [ "$slow_rc" = 0 ] && [ "$out" = same ] || fail "drain: the slow download from b did not finish whole (curl $slow_rc, $out)" || return 1
+    [ "$rc" = 0 ] || fail "drain: node b exited $rc: $(tail -5 "$work/node-b.err")" || return 1
+    # One agent interval, plus the 200 ms a bare agent check waits for the silence
+    # that tells it from an HTTP request, plus the sampler's 0.1 s period and 0.1 s.
+    python3 - "$res" "$agent_inter" <<'PY' || return 1
+import sys
+kv = dict(x.split("=") for x in sys.argv[1].split())
+limit = float(sys.argv[2]) + 0.4
+for key in ("last_new_session_s", "not_up_s"):
+    if kv[key] == "none" or float(kv[key]) > limit:
+        sys.exit("FAIL drain: %s = %s, more than one agent interval (%.1f s)" % (key, kv[key], limit))
+PY
+}
+
+# scenario_crash SECONDS SESSIONS MBPS: kill -9 of node c a third into a verified
+# run, while two slow viewers (curl at 2 MB/s) download a 24 MiB title from it. Failed
+# transfers (the bench's and the viewers') are at most the sessions HAProxy had on c
+# at that moment (the most it had in the preceding second), no wrong byte reaches the
+# bench, and HAProxy marks c down within its detection time (fall x inter) plus the
+# sampler's period.
+scenario_crash() {
+    local d=$1 s=$2 r=$3 t0 bench title errs held down slow=() failed=0 p
+    title=$(big_title_on c 24) || fail "crash: no title goes to node c" || return 1
+    sample_start $((d + 40))
+    fleet_bench "$work/crash.json" --sessions "$s" --duration "$d" --bitrate-mbps "$r" &
+    bench=$!
+    pids+=("$bench")
+    sleep "$(python3 -c "print($d / 3)")"
+    for p in 1 2; do
+        in_front curl -sS --limit-rate 2M -o /dev/null "http://$front_ip:8080/$title/v.bin" 2>/dev/null &
+        slow+=("$!")
+        pids+=("$!")
+    done
+    sleep 1.5
+    t0=$(now)
+    kill -KILL "${node_pid[c]}"
+    wait "${node_pid[c]}" 2>/dev/null || true
+    wait "$bench" || fail "crash: bench failed" || return 1
+    for p in "${slow[@]}"; do wait "$p" || failed=$((failed + 1)); done
+    sample_stop
+    errs=$(bench_value "$work/crash.json" errors_total)
+    held=$(awk -v t0="$t0" '$2 == "c" && $1 >= t0 - 1 && $1 <= t0 && $4 > m { m = $4 } END { print m + 0 }' "$work/sample")
+    down=$(python3 "$fleet_py" down "$work/sample" c "$t0")
+    echo "crash marked_down_s=$down limit_s=$((check_fall * check_inter)) sessions_held=$held failed=$((errs + failed)) bench_errors=$errs slow_viewers_cut=$failed errors_by_kind=$(python3 -c "import json; e = json.load(open('$work/crash.json'))['errors']; print(','.join('%s:%d' % kv for kv in e.items() if kv[1]) or '-')")"
+    [ "$failed" = 2 ] || fail "crash: the slow downloads from c were not cut" || return 1
+    [ $((errs + failed)) -le "$held" ] || fail "crash: $((errs + failed)) failed transfers, more than the $held sessions c held" || return 1
+    [ "$(bench_value "$work/crash.json" errors.verify)" = 0 ] || fail "crash: wrong bytes delivered" || return 1
+    python3 -c "import sys; sys.exit(0 if '$down' != 'never' and float('$down') <= $check_fall * $check_inter + 0.2 else 1)" ||
+        fail "crash: c marked down after $down s" || return 1
 }
