@@ -2,12 +2,12 @@
 """HAProxy and Prometheus queries for tests/fleet/run and bench/fleet.sh.
 
   fleet.py stat SOCK                          one line per server of the `nodes` backend:
-                                              name stot scur weight status
+                                              name requests scur weight status
   fleet.py cmd SOCK LINE...                   HAProxy runtime commands (fails on any answer)
   fleet.py wait SOCK SERVER STATUS SECONDS    until SERVER's status starts with STATUS
                                               (UP, DOWN, DRAIN...); exit 1 on time-out
   fleet.py sample SOCK OUT SECONDS            every 0.1 s for SECONDS (or until OUT.stop
-                                              exists): "t name stot scur weight status"
+                                              exists): "t name requests scur weight status"
   fleet.py drain OUT SERVER T0                from a sample: when SERVER got its last new
                                               session, when HAProxy stopped giving it any
   fleet.py down OUT SERVER T0                 seconds from T0 until SERVER left UP
@@ -55,7 +55,9 @@ def show_stat(sock):
 
 
 def fmt(row):
-    return "%s %s %s %s %s" % (row["svname"], row["stot"], row["scur"], row["weight"], row["status"].replace(" ", "_"))
+    # New sessions: HTTP requests sent to the server (each is balanced on its own URI).
+    new = row.get("req_tot") or row["stot"]
+    return "%s %s %s %s %s" % (row["svname"], new, row["scur"], row["weight"], row["status"].replace(" ", "_"))
 
 
 def read_sample(path):

@@ -154,7 +154,7 @@ defaults
     option redispatch 1
     # Health: GET /healthz on the admin port (503 while draining); weight and drain
     # from the agent check, the bare /load line on the same port.
-    default-server weight 100 check port 9090 inter ${check_inter}s fall $check_fall rise 2 agent-check agent-port 9090 agent-inter ${agent_inter}s
+    default-server weight 256 check port 9090 inter ${check_inter}s fall $check_fall rise 2 agent-check agent-port 9090 agent-inter ${agent_inter}s
 
 frontend media
     mode http
@@ -412,4 +412,70 @@ scenario_crash() {
     [ "$(bench_value "$work/crash.json" errors.verify)" = 0 ] || fail "crash: wrong bytes delivered" || return 1
     python3 -c "import sys; sys.exit(0 if '$down' != 'never' and float('$down') <= $check_fall * $check_inter + 0.2 else 1)" ||
         fail "crash: c marked down after $down s" || return 1
+}
+
+# scenario_load SECONDS SESSIONS MBPS CAPACITY_GBPS: every node restarted with
+# `[admin] capacity_gbps` CAPACITY_GBPS. A baseline run through HAProxy gives each
+# node's share of new sessions with equal load; then a second client loads node c
+# directly at half that capacity (its /load reports about `up 50%`) and the same run
+# is repeated. Node c's share must fall in proportion to its weight share: the ratio
+# of its two shares within 35% of the ratio of its two weight shares (the hash ring
+# places 256 points per node at full weight: over a few hundred titles its arcs are
+# not exactly proportional).
+scenario_load() {
+    local d=$1 s=$2 r=$3 cap=$4 n side base loaded
+    for n in "${nodes[@]}"; do
+        if kill -0 "${node_pid[$n]}" 2>/dev/null; then kill -TERM "${node_pid[$n]}"; wait "${node_pid[$n]}" || true; fi
+        node_restart "$n" "$cap"
+    done
+    sleep 2
+    sample_start $((d + 10))
+    local t0 t1
+    t0=$(now)
+    fleet_bench "$work/load-base.json" --sessions "$s" --ramp "$s" --duration "$d" --bitrate-mbps "$r" ||
+        fail "load: bench failed" || return 1
+    t1=$(now)
+    sample_stop
+    base=$(python3 "$fleet_py" split "$work/sample" "$t0" "$t1")
+    # Half the capacity, straight to c: 40 sessions at CAPACITY/80 Gb/s each, started
+    # over 2 s and asking for 256 KiB segments, so that the load c measures each second
+    # is steady.
+    in_front "$bin" bench --base-url "http://${node_ip[c]}:8080/" --files "$files" --zipf 0 --workers 1 \
+        --segment-bytes 262144 --sessions 40 --ramp 20 --duration $((d + 8)) --json \
+        --bitrate-mbps "$(python3 -c "print($cap * 1000 / 80)")" > "$work/load-side.json" &
+    side=$!
+    pids+=("$side")
+    sleep 4 # the agent checks see c's load
+    sample_start $((d + 10))
+    t0=$(now)
+    fleet_bench "$work/load.json" --sessions "$s" --ramp "$s" --duration "$d" --bitrate-mbps "$r" ||
+        fail "load: bench failed" || return 1
+    t1=$(now)
+    sample_stop
+    wait "$side" || fail "load: the side load failed" || return 1
+    loaded=$(python3 "$fleet_py" split "$work/sample" "$t0" "$t1")
+    python3 - "$base" "$loaded" "$(bench_value "$work/load-base.json" errors_total)" "$(bench_value "$work/load.json" errors_total)" <<'PY'
+import sys
+def parse(text):
+    rows = {}
+    for line in text.splitlines():
+        name, new, weight = line.split()
+        rows[name] = (int(new), float(weight))
+    total_new = sum(v[0] for v in rows.values())
+    total_w = sum(v[1] for v in rows.values())
+    return {k: (v[0] / total_new, v[1] / total_w, v[1]) for k, v in rows.items()}
+base, loaded = parse(sys.argv[1]), parse(sys.argv[2])
+errors = int(sys.argv[3]) + int(sys.argv[4])
+for name, rows in (("equal", base), ("c_loaded", loaded)):
+    print("load %s " % name + " ".join("%s:share=%.3f,weight=%.0f" % (k, v[0], v[2]) for k, v in sorted(rows.items())))
+got = loaded["c"][0] / base["c"][0]
+want = loaded["c"][1] / base["c"][1]
+print("load c_share_ratio=%.2f c_weight_share_ratio=%.2f errors=%d" % (got, want, errors))
+if errors:
+    sys.exit("FAIL load: %d failed requests" % errors)
+if loaded["c"][2] > 0.75 * min(loaded["a"][2], loaded["b"][2]):
+    sys.exit("FAIL load: c's weight did not fall under its side load")
+if abs(got - want) > 0.35 * want:
+    sys.exit("FAIL load: c's session share changed by %.2fx, its weight share by %.2fx" % (got, want))
+PY
 }
