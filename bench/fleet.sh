@@ -33,9 +33,9 @@ build_linerate
 fleet_up 240 1
 
 if [ "$quick" = 1 ]; then
-    d=12 sessions=16 md=8 msessions=12 lsessions=32
+    d=12 sessions=16 md=8 msessions=12 lsessions=32 ad=20 asessions=30 acache=96 atitles=192
 else
-    d=30 sessions=40 md=30 msessions=40 lsessions=48
+    d=30 sessions=40 md=30 msessions=40 lsessions=48 ad=60 asessions=40 acache=128 atitles=288
 fi
 results=$(mktemp)
 run() { # NAME FUNCTION ARGS...: one scenario, its lines and verdict kept for the table
@@ -54,6 +54,7 @@ run drain scenario_drain "$d" "$sessions" 8
 node_restart b
 run crash scenario_crash "$d" "$sessions" 8
 run load scenario_load "$d" "$lsessions" 8 0.8
+run affinity scenario_affinity "$ad" "$asessions" 10 "$acache" "$atitles"
 
 echo
 echo "| behaviour | checks | measured |"

@@ -17,6 +17,7 @@ declare -A node_ip=([a]=10.77.0.11 [b]=10.77.0.12 [c]=10.77.0.13) node_pid=()
 front_ip=10.77.0.1
 prom_url=http://127.0.0.1:9091
 fleet_ns=()
+fleet_cgroups=()
 # HAProxy's health-check and agent-check intervals (seconds) and the number of failed
 # checks that mark a node down.
 check_inter=1 agent_inter=1 check_fall=2
@@ -36,12 +37,19 @@ fleet_require() {
 
 fleet_cleanup() {
     local ns p
+    # Bash reports each job the kills below end ("Killed"): not worth a line.
+    exec 3>&2 2>/dev/null
     for ns in "${fleet_ns[@]}"; do
         for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null || true; done
     done
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     { wait; } 2>/dev/null || true
     for ns in "${fleet_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    # A killed process leaves its cgroup a moment after it is reaped.
+    for p in "${fleet_cgroups[@]}"; do
+        for _ in $(seq 1 50); do rmdir "$p" 2>/dev/null && break; sleep 0.1; done
+        [ ! -d "$p" ] || echo "fleet: could not remove $p" >&3
+    done
     if [ -n "${work:-}" ]; then
         # FLEET_KEEP=DIR: keep the logs, configurations and samples (not the catalogue).
         [ -z "${FLEET_KEEP:-}" ] || { mkdir -p "$FLEET_KEEP"; rm -rf "$work/root" "$work/prometheus"; cp -r "$work/." "$FLEET_KEEP"; }
@@ -87,22 +95,25 @@ fleet_catalogue() {
 # fleet_cert: a CA and a certificate for the fleet's front address, in $work.
 fleet_cert() {
     local d=$work
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=fleet test CA" \
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=fleet test CA" \
         -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=media.fleet.test" \
         -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
     printf 'subjectAltName=IP:%s,DNS:media.fleet.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$front_ip" > "$d/ext.cnf"
-    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
         -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
 }
 
-# node_start NODE [CAPACITY_GBPS]: starts (or restarts) a node and waits until it
-# listens. CAPACITY_GBPS sets [admin] capacity_gbps, the throughput at which its
-# /load reports no spare capacity.
+# node_start NODE [CAPACITY_GBPS [ROOT [CGROUP]]]: starts (or restarts) a node and waits
+# until it listens. CAPACITY_GBPS sets [admin] capacity_gbps, the throughput at which
+# its /load reports no spare capacity; ROOT is its catalogue ($work/root); CGROUP a
+# memory cgroup directory (cgroup_make) it runs in.
 node_start() {
-    local n=$1 ip=${node_ip[$1]} i
+    local n=$1 ip=${node_ip[$1]} root=${3:-$work/root} i
+    local wrap=()
+    [ -z "${4:-}" ] || wrap=(bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$4")
     cat > "$work/node-$n.toml" <<EOF
-root = "$work/root"
+root = "$root"
 listen = ["$ip:8080"]
 tls_listen = ["$ip:8443"]
 workers = 1
@@ -119,7 +130,7 @@ listen = "$ip:9090"
 capacity_connections = 2000
 capacity_gbps = ${2:-0}
 EOF
-    ip netns exec "$(node_ns "$n")" "$bin" serve --config "$work/node-$n.toml" --log-level warn \
+    "${wrap[@]}" ip netns exec "$(node_ns "$n")" "$bin" serve --config "$work/node-$n.toml" --log-level warn \
         > "$work/node-$n.out" 2> "$work/node-$n.err" &
     node_pid[$n]=$!
     pids+=("$!")
@@ -172,6 +183,20 @@ backend nodes
     http-check expect status 200
     # Which node answered, for the operator (and the tests).
     http-response set-header X-Served-By %[srv_name]
+$servers
+# The same nodes in turn, without regard to the title (bench/fleet.sh's affinity
+# comparison).
+frontend media_rr
+    mode http
+    bind $front_ip:8081
+    default_backend nodes_rr
+
+backend nodes_rr
+    mode http
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /healthz
+    http-check expect status 200
 $servers
 frontend media_tls
     mode tcp
@@ -261,13 +286,25 @@ sample_stop() {
 
 bench_value() { python3 "$fleet_py" bench "$1" "$2"; }
 
+# node_stop NODE: SIGTERM, and up to 30 s for the node to exit.
+node_stop() {
+    local p=${node_pid[$1]}
+    kill -TERM "$p" 2>/dev/null || return 0
+    for _ in $(seq 1 300); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$p" 2>/dev/null && die "node $1 did not stop"
+    wait "$p" 2>/dev/null || true
+}
+
 # node_restart NODE: after a drain or a crash, the node back and UP in HAProxy.
 #
 # The agent's `drain` puts the server in HAProxy's administrative drain state, which
 # only an agent reply with `ready` (or the operator) lifts; /load answers `up N%`, so
 # after a restart the node is set ready through the stats socket, as an operator does.
 node_restart() {
-    node_start "$1" "${2:-0}"
+    node_start "$1" "${2:-0}" "${3:-}" "${4:-}"
     python3 "$fleet_py" cmd "$work/haproxy.sock" "set server nodes/$1 state ready" "set server nodes_tls/$1 state ready"
     python3 "$fleet_py" wait "$work/haproxy.sock" "$1" UP 15 || die "node $1 not UP again"
 }
@@ -378,14 +415,15 @@ PY
 }
 
 # scenario_crash SECONDS SESSIONS MBPS: kill -9 of node c a third into a verified
-# run, while two slow viewers (curl at 2 MB/s) download a 24 MiB title from it. Failed
+# run, while two slow viewers (curl at 2 MB/s) download a 64 MiB title from it (more
+# than the socket buffers on the way hold, so that the crash cuts them). Failed
 # transfers (the bench's and the viewers') are at most the sessions HAProxy had on c
 # at that moment (the most it had in the preceding second), no wrong byte reaches the
 # bench, and HAProxy marks c down within its detection time (fall x inter) plus the
 # sampler's period.
 scenario_crash() {
     local d=$1 s=$2 r=$3 t0 bench title errs held down slow=() failed=0 p
-    title=$(big_title_on c 24) || fail "crash: no title goes to node c" || return 1
+    title=$(big_title_on c 64) || fail "crash: no title goes to node c" || return 1
     sample_start $((d + 40))
     fleet_bench "$work/crash.json" --sessions "$s" --duration "$d" --bitrate-mbps "$r" &
     bench=$!
@@ -425,7 +463,7 @@ scenario_crash() {
 scenario_load() {
     local d=$1 s=$2 r=$3 cap=$4 n side base loaded
     for n in "${nodes[@]}"; do
-        if kill -0 "${node_pid[$n]}" 2>/dev/null; then kill -TERM "${node_pid[$n]}"; wait "${node_pid[$n]}" || true; fi
+        node_stop "$n"
         node_restart "$n" "$cap"
     done
     sleep 2
@@ -478,4 +516,87 @@ if loaded["c"][2] > 0.75 * min(loaded["a"][2], loaded["b"][2]):
 if abs(got - want) > 0.35 * want:
     sys.exit("FAIL load: c's session share changed by %.2fx, its weight share by %.2fx" % (got, want))
 PY
+}
+
+# cgroup_make NAME BYTES: a memory cgroup capped at BYTES (page cache included), under
+# the cgroup v2 root or, with cgroup v1, under this process's own memory cgroup; its
+# directory in `cgroup`. Removed at exit.
+cgroup_make() {
+    local dir
+    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        grep -qw memory /sys/fs/cgroup/cgroup.subtree_control || die "cgroup v2 without the memory controller enabled"
+        dir=/sys/fs/cgroup/$1
+        mkdir "$dir" || die "cannot create $dir"
+        fleet_cgroups+=("$dir")
+        echo "$2" > "$dir/memory.max"
+    else
+        [ -d /sys/fs/cgroup/memory ] || die "no memory cgroup controller"
+        dir=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)/$1
+        mkdir "$dir" || die "cannot create $dir"
+        fleet_cgroups+=("$dir")
+        echo "$2" > "$dir/memory.limit_in_bytes"
+    fi
+    cgroup=$dir
+}
+
+# evict DIR...: every file under DIR out of the page cache.
+evict() {
+    python3 - "$@" <<'PY'
+import os, sys
+for top in sys.argv[1:]:
+    for d, _, names in os.walk(top):
+        for n in names:
+            fd = os.open(os.path.join(d, n), os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+PY
+}
+
+# scenario_affinity SECONDS SESSIONS MBPS CACHE_MIB TITLES: each node gets its own copy
+# of a catalogue of TITLES 1 MiB titles (so that nodes share no page cache) and runs in
+# a memory cgroup of CACHE_MIB, smaller than the catalogue but larger than a third of
+# it. The same verified run, uniform popularity, goes through HAProxy hashing titles
+# (port 8080) and through round robin (port 8081), from a cold cache each time; the
+# fleet's page-cache hit ratio over the second half of each run (Prometheus) must be
+# higher with hashing.
+scenario_affinity() {
+    local d=$1 s=$2 r=$3 cache=$4 titles_n=$5 n i list mode port t_mid t_end res fil hit=() errs
+    mkdir -p "$work/aff/a"
+    for i in $(seq 1 "$titles_n"); do
+        mkdir -p "$work/aff/a/c$i"
+        head -c 1048576 /dev/urandom > "$work/aff/a/c$i/v.bin"
+    done
+    cp -r "$work/aff/a" "$work/aff/b"
+    cp -r "$work/aff/a" "$work/aff/c"
+    list=$(seq 1 "$titles_n" | sed 's|.*|c&/v.bin|' | paste -sd,)
+    declare -A cg
+    for n in "${nodes[@]}"; do
+        cgroup_make "lrfleet$$-$n" $((cache * 1024 * 1024))
+        cg[$n]=$cgroup
+    done
+    for mode in hash roundrobin; do
+        port=8080
+        [ "$mode" = hash ] || port=8081
+        for n in "${nodes[@]}"; do node_stop "$n"; done
+        evict "$work/aff"
+        for n in "${nodes[@]}"; do node_restart "$n" 0 "$work/aff/$n" "${cg[$n]}"; done
+        in_front "$bin" bench --base-url "http://$front_ip:$port/" --files "$list" --zipf 0 --workers 1 \
+            --segment-bytes 1048576 --verify "$work/aff/a" --json --sessions "$s" --ramp "$s" \
+            --duration "$d" --bitrate-mbps "$r" > "$work/affinity-$mode.json" &
+        pids+=("$!")
+        sleep "$(python3 -c "print($d / 2)")"
+        t_mid=$(now)
+        wait "${pids[-1]}" || fail "affinity: bench failed ($mode)" || return 1
+        sleep 2.5
+        t_end=$(now)
+        errs=$(bench_value "$work/affinity-$mode.json" errors_total)
+        [ "$errs" = 0 ] || fail "affinity: $errs failed requests ($mode): $(bench_value "$work/affinity-$mode.json" first_error)" || return 1
+        res=$(in_front python3 "$fleet_py" prom "$prom_url" "sum(linerate_page_cache_bytes_total{source=\"resident\"})" "$t_end")-$(in_front python3 "$fleet_py" prom "$prom_url" "sum(linerate_page_cache_bytes_total{source=\"resident\"})" "$t_mid")
+        fil=$(in_front python3 "$fleet_py" prom "$prom_url" "sum(linerate_page_cache_bytes_total{source=\"filled\"})" "$t_end")-$(in_front python3 "$fleet_py" prom "$prom_url" "sum(linerate_page_cache_bytes_total{source=\"filled\"})" "$t_mid")
+        hit+=("$(python3 -c "r = $res; f = $fil; print('%.3f' % (r / (r + f)))")")
+    done
+    echo "affinity hash_hit_ratio=${hit[0]} roundrobin_hit_ratio=${hit[1]} cache_per_node_mib=$cache catalogue_mib=$titles_n"
+    python3 -c "import sys; sys.exit(0 if ${hit[0]} > ${hit[1]} else 1)" ||
+        fail "affinity: hashing titles did not raise the fleet's hit ratio" || return 1
 }
