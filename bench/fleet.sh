@@ -13,7 +13,7 @@
 #
 #   bench/fleet.sh [--quick] [--bin PATH]
 #
-# --quick: the short form's durations (about two minutes). Needs root, haproxy and
+# --quick: the short form's sizes (about three minutes; the full form about eight). Needs root, haproxy and
 # prometheus; FLEET_KEEP=DIR keeps the logs, configurations and samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ if [ "$quick" = 1 ]; then
 else
     d=30 sessions=40 md=30 msessions=40 lsessions=48 ad=60 asessions=40 acache=128 atitles=288
 fi
-results=$(mktemp)
+results=$work/results
 run() { # NAME FUNCTION ARGS...: one scenario, its lines and verdict kept for the table
     local name=$1 out rc=0
     shift
@@ -63,5 +63,4 @@ while IFS=$'\t' read -r name verdict figures; do
     echo "| $name | $verdict | ${figures% } |"
 done < "$results"
 failed=$(grep -c $'\tFAIL\t' "$results" || true)
-rm -f "$results"
 [ "$failed" = 0 ] || { echo "$failed behaviour(s) failed" >&2; exit 1; }
