@@ -435,6 +435,8 @@ scenario_crash() {
         pids+=("$!")
     done
     sleep 1.5
+    # HAProxy's sessions on c right before the kill (the sampler's last second too).
+    held=$(python3 "$fleet_py" stat "$work/haproxy.sock" | awk '$1 == "c" { print $3 }')
     t0=$(now)
     kill -KILL "${node_pid[c]}"
     wait "${node_pid[c]}" 2>/dev/null || true
@@ -442,7 +444,7 @@ scenario_crash() {
     for p in "${slow[@]}"; do wait "$p" || failed=$((failed + 1)); done
     sample_stop
     errs=$(bench_value "$work/crash.json" errors_total)
-    held=$(awk -v t0="$t0" '$2 == "c" && $1 >= t0 - 1 && $1 <= t0 && $4 > m { m = $4 } END { print m + 0 }' "$work/sample")
+    held=$(awk -v t0="$t0" -v m="$held" '$2 == "c" && $1 >= t0 - 1 && $1 <= t0 && $4 > m { m = $4 } END { print m + 0 }' "$work/sample")
     down=$(python3 "$fleet_py" down "$work/sample" c "$t0")
     echo "crash marked_down_s=$down limit_s=$((check_fall * check_inter)) sessions_held=$held failed=$((errs + failed)) bench_errors=$errs slow_viewers_cut=$failed errors_by_kind=$(python3 -c "import json; e = json.load(open('$work/crash.json'))['errors']; print(','.join('%s:%d' % kv for kv in e.items() if kv[1]) or '-')")"
     [ "$failed" = 2 ] || fail "crash: the slow downloads from c were not cut" || return 1
