@@ -198,7 +198,9 @@ start_nginx() {
 start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
     local limits
     mapfile -t limits < <(loopback_limits)
-    local args=(serve --root "$dir" --workers "$workers" --log-level warn "${limits[@]}" "${@:2}")
+    # The admin endpoint on a free port: the default, 9090, may belong to another
+    # server on this machine (a packaged linerate, another benchmark).
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn --admin 127.0.0.1:0 "${limits[@]}" "${@:2}")
     if [ "$1" = https ]; then
         grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
             { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }

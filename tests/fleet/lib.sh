@@ -301,11 +301,11 @@ node_stop() {
 # node_restart NODE: after a drain or a crash, the node back and UP in HAProxy.
 #
 # The agent's `drain` puts the server in HAProxy's administrative drain state, which
-# only an agent reply with `ready` (or the operator) lifts; /load answers `up N%`, so
-# after a restart the node is set ready through the stats socket, as an operator does.
+# only an agent reply with `ready` (or the operator) lifts; /load answers
+# `up ready N%`, so the restarted node must come back by itself: nothing is sent to
+# HAProxy's stats socket here.
 node_restart() {
     node_start "$1" "${2:-0}" "${3:-}" "${4:-}"
-    python3 "$fleet_py" cmd "$work/haproxy.sock" "set server nodes/$1 state ready" "set server nodes_tls/$1 state ready"
     python3 "$fleet_py" wait "$work/haproxy.sock" "$1" UP 15 || die "node $1 not UP again"
 }
 

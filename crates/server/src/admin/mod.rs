@@ -81,7 +81,9 @@ impl AdminState {
             used = used.max(gbps / self.capacity_gbps);
         }
         let weight = ((1.0 - used) * 100.0).round().clamp(1.0, 100.0) as u32;
-        format!("up {weight}%")
+        // `ready` lifts HAProxy's administrative drain, which a `drain` reply set: a
+        // node restarted after a drain rejoins at the next check by itself.
+        format!("up ready {weight}%")
     }
 }
 
@@ -326,14 +328,14 @@ mod tests {
     #[test]
     fn load_line_weights() {
         let s = state(100, 0.0);
-        assert_eq!(s.load_line(0.0), "up 100%");
+        assert_eq!(s.load_line(0.0), "up ready 100%");
         s.workers[0].connections_accepted.add(25);
-        assert_eq!(s.load_line(50.0), "up 75%", "Gb/s ignored without a capacity");
+        assert_eq!(s.load_line(50.0), "up ready 75%", "Gb/s ignored without a capacity");
         let s2 = state(100, 10.0);
         s2.workers[0].connections_accepted.add(10);
-        assert_eq!(s2.load_line(5.0), "up 50%", "the busier of the two decides");
+        assert_eq!(s2.load_line(5.0), "up ready 50%", "the busier of the two decides");
         s2.workers[0].connections_accepted.add(500);
-        assert_eq!(s2.load_line(0.0), "up 1%", "never 0, which HAProxy reads as drain");
+        assert_eq!(s2.load_line(0.0), "up ready 1%", "never 0, which HAProxy reads as drain");
         s2.shutting_down.store(true, Ordering::Relaxed);
         assert_eq!(s2.load_line(0.0), "drain");
     }
