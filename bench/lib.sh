@@ -96,8 +96,16 @@ proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] 
 # Busy ticks of the whole machine: user nice system irq softirq steal.
 machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
-# "busy total" ticks of the whole machine (busy as in machine_busy).
-machine_ticks() { awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat; }
+# "busy total" ticks of the whole machine: busy as in machine_busy but without the
+# time of niced processes (user time at a positive nice value). The servers and the
+# bench client run at nice 0; on a shared machine, low-priority jobs (`nice -n 19`
+# builds, fuzzers) only take what they leave idle, and counting them would charge
+# their work to whichever server happened to run beside them. A script that is itself
+# niced (its servers and client with it) counts niced time as busy.
+machine_ticks() {
+    awk -v niced="$([ "$(nice)" -gt 0 ] && echo 1 || echo 0)" \
+        '/^cpu / { busy = $2 + $4 + $7 + $8 + $9 + niced * $3; print busy, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
 
 # median of the numbers on stdin.
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -190,7 +198,9 @@ start_nginx() {
 start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
     local limits
     mapfile -t limits < <(loopback_limits)
-    local args=(serve --root "$dir" --workers "$workers" --log-level warn "${limits[@]}" "${@:2}")
+    # The admin endpoint on a free port: the default, 9090, may belong to another
+    # server on this machine (a packaged linerate, another benchmark).
+    local args=(serve --root "$dir" --workers "$workers" --log-level warn --admin 127.0.0.1:0 "${limits[@]}" "${@:2}")
     if [ "$1" = https ]; then
         grep -q -- '--tls-listen' <<< "$("$bin" serve --help)" ||
             { echo "$bin has no --tls-listen: it cannot serve HTTPS (run with --protocols http)" >&2; return 1; }

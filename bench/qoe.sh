@@ -6,9 +6,10 @@
 # each with `linerate bench`: N paced sessions at a target bitrate, 2 MiB segments,
 # 3 start-up segments, for a fixed duration. One run per (protocol, server), one
 # after the other. Prints a table: Gb/s, play delay p50/p99, TTFB p99, rebuffer
-# ratio, errors, the server's peak RSS (all nginx processes summed), the whole
-# machine's busy CPU during the run (from /proc/stat: at the same offered load, CPU
-# spent is the efficiency figure), and the client's own CPU.
+# ratio, errors, the server's peak and steady RSS (all nginx processes summed), the
+# whole machine's busy CPU during the run (from /proc/stat, without the time of
+# niced processes, see machine_ticks in bench/lib.sh: at the same offered load, CPU
+# spent is the efficiency figure), the server's own CPU and the client's.
 #
 # Usage: bench/qoe.sh [--quick] [--load overload|fixed] [--sessions N] [--duration S]
 #          [--bitrate-mbps R] [--http-load N@R] [--https-load N@R] [--ramp N]
@@ -74,7 +75,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift

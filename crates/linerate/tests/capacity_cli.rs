@@ -136,7 +136,7 @@ fn status_reports_served_gbps_against_the_model() {
     // nothing).
     let share = last["capacity"]["share"].as_f64().unwrap();
     let weight = ((1.0 - share) * 100.0).round().clamp(1.0, 100.0) as u32;
-    assert_eq!(last["load"], format!("up {weight}%"), "{last}");
+    assert_eq!(last["load"], format!("up ready {weight}%"), "{last}");
     assert_ne!(weight, 100);
 }
 

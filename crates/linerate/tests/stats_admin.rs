@@ -195,7 +195,7 @@ fn status_health_and_load() {
     assert_eq!(status["workers"].as_array().unwrap().len(), 2);
     assert_eq!(status["shutting_down"], false);
     assert_eq!(curl(&[&s.admin_url("/healthz")]).stdout, b"ok\n");
-    assert_eq!(curl(&[&s.admin_url("/load")]).stdout, b"up 100%\n");
+    assert_eq!(curl(&[&s.admin_url("/load")]).stdout, b"up ready 100%\n");
 
     // Two slow transfers hold 2 of 10 connections: weight 80%.
     let out_dir = tempfile::tempdir().unwrap();
@@ -214,7 +214,7 @@ fn status_health_and_load() {
                 .unwrap()
         })
         .collect();
-    assert!(eventually(Duration::from_secs(5), || curl(&[&s.admin_url("/load")]).stdout == b"up 80%\n"));
+    assert!(eventually(Duration::from_secs(5), || curl(&[&s.admin_url("/load")]).stdout == b"up ready 80%\n"));
     let status: serde_json::Value = serde_json::from_slice(&curl(&[&s.admin_url("/status")]).stdout).unwrap();
     assert_eq!(status["totals"]["connections_sending"], 2, "{status}");
 
@@ -223,7 +223,7 @@ fn status_health_and_load() {
     agent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut line = String::new();
     agent.read_to_string(&mut line).unwrap();
-    assert_eq!(line, "up 80%\n");
+    assert_eq!(line, "up ready 80%\n");
 
     // Shutting down: health fails and load says drain while transfers finish.
     s.signal("TERM");
@@ -324,7 +324,7 @@ fn admin_keeps_connections_alive() {
     .unwrap();
     let rs = split_responses(&read_until_close(&mut conn, Duration::from_secs(5)));
     let got: Vec<_> = rs.iter().map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned())).collect();
-    assert_eq!(got, [(200, "up 100%\n".to_string()), (200, "ok\n".to_string())]);
+    assert_eq!(got, [(200, "up ready 100%\n".to_string()), (200, "ok\n".to_string())]);
     assert!(rs[1].head.contains("Connection: close"), "{}", rs[1].head);
 
     // HTTP/1.0 without keep-alive: one answer, then the server closes.

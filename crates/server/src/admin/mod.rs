@@ -105,7 +105,9 @@ impl AdminState {
             used = used.max(gbps / ceiling);
         }
         let weight = ((1.0 - used) * 100.0).round().clamp(1.0, 100.0) as u32;
-        format!("up {weight}%")
+        // `ready` lifts HAProxy's administrative drain, which a `drain` reply set: a
+        // node restarted after a drain rejoins at the next check by itself.
+        format!("up ready {weight}%")
     }
 }
 
@@ -367,26 +369,26 @@ mod tests {
     #[test]
     fn load_line_uses_the_model_ceiling_unless_capacity_gbps_is_set() {
         let s = state(1000, 0.0);
-        assert_eq!(s.load_line(5.0), "up 100%", "no model, no capacity_gbps");
+        assert_eq!(s.load_line(5.0), "up ready 100%", "no model, no capacity_gbps");
         s.model_ceiling_gbps.store(20.0f64.to_bits(), Ordering::Relaxed);
         assert_eq!(s.model_ceiling(), Some(20.0));
-        assert_eq!(s.load_line(5.0), "up 75%");
+        assert_eq!(s.load_line(5.0), "up ready 75%");
         let s = state(1000, 10.0);
         s.model_ceiling_gbps.store(20.0f64.to_bits(), Ordering::Relaxed);
-        assert_eq!(s.load_line(5.0), "up 50%", "capacity_gbps wins");
+        assert_eq!(s.load_line(5.0), "up ready 50%", "capacity_gbps wins");
     }
 
     #[test]
     fn load_line_weights() {
         let s = state(100, 0.0);
-        assert_eq!(s.load_line(0.0), "up 100%");
+        assert_eq!(s.load_line(0.0), "up ready 100%");
         s.workers[0].connections_accepted.add(25);
-        assert_eq!(s.load_line(50.0), "up 75%", "Gb/s ignored without a capacity");
+        assert_eq!(s.load_line(50.0), "up ready 75%", "Gb/s ignored without a capacity");
         let s2 = state(100, 10.0);
         s2.workers[0].connections_accepted.add(10);
-        assert_eq!(s2.load_line(5.0), "up 50%", "the busier of the two decides");
+        assert_eq!(s2.load_line(5.0), "up ready 50%", "the busier of the two decides");
         s2.workers[0].connections_accepted.add(500);
-        assert_eq!(s2.load_line(0.0), "up 1%", "never 0, which HAProxy reads as drain");
+        assert_eq!(s2.load_line(0.0), "up ready 1%", "never 0, which HAProxy reads as drain");
         s2.shutting_down.store(true, Ordering::Relaxed);
         assert_eq!(s2.load_line(0.0), "drain");
     }
