@@ -2,6 +2,7 @@
 //! the streaming load generator.
 #![forbid(unsafe_code)]
 
+mod capacity;
 mod stat;
 mod topo;
 mod tune;
@@ -33,6 +34,9 @@ enum Command {
     /// One line per interval on the box's health: traffic, TCP, CPU, memory, and the
     /// server's own counters from its admin endpoint.
     Stat(stat::StatArgs),
+    /// Measure this host (memory bandwidth, AES-GCM and sendfile per core, NICs, NUMA)
+    /// and predict what it can serve per transport mode, naming the limit.
+    Capacity(capacity::CapacityArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
     Dim(moderation_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Stat(args) => stat::run(args),
         Command::Topo(args) => topo::run(args),
+        Command::Capacity(args) => capacity::run(args),
         Command::Dim(args) => moderation_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),

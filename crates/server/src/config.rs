@@ -359,6 +359,22 @@ pub struct Admin {
     pub capacity_connections: u64,
     /// Body throughput (Gb/s) at which /load reports no spare capacity; 0 = not used.
     pub capacity_gbps: f64,
+    /// A `linerate capacity --json` output: /status reports served Gb/s as a share
+    /// of the ceiling it predicts for the current transport mix, and /load uses
+    /// that ceiling when `capacity_gbps` is 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_model: Option<PathBuf>,
+    /// Which of the model's ceilings apply: clients over the NICs, or on this host.
+    pub capacity_model_clients: ModelClients,
+}
+
+/// Where the clients the capacity model is applied to are.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelClients {
+    #[default]
+    Network,
+    Loopback,
 }
 
 impl Default for Admin {
@@ -368,6 +384,8 @@ impl Default for Admin {
             listen: "127.0.0.1:9090".parse().expect("valid default address"),
             capacity_connections: 0,
             capacity_gbps: 0.0,
+            capacity_model: None,
+            capacity_model_clients: ModelClients::Network,
         }
     }
 }
@@ -904,6 +922,9 @@ impl Config {
         if !(self.admin.capacity_gbps >= 0.0 && self.admin.capacity_gbps.is_finite()) {
             return bad("admin.capacity_gbps", "must be 0 or more");
         }
+        if self.admin.capacity_model.as_ref().is_some_and(|p| p.as_os_str().is_empty() || p.file_name().is_none()) {
+            return bad("admin.capacity_model", "must name a file");
+        }
         if self.admin.enabled && all.contains(&&self.admin.listen) && self.admin.listen.port() != 0 {
             return bad("admin.listen", format!("{} is also a serving address", self.admin.listen));
         }
@@ -1122,6 +1143,22 @@ mod tests {
         let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn capacity_model_names_a_file_and_clients_parse() {
+        let dir = std::env::temp_dir();
+        let base = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[admin]\n");
+        let c = Config::from_toml(&format!(
+            "{base}capacity_model = \"/var/lib/linerate/capacity.json\"\ncapacity_model_clients = \"loopback\"\n"
+        ))
+        .unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.admin.capacity_model_clients, ModelClients::Loopback);
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+        let c = Config::from_toml(&format!("{base}capacity_model = \"\"\n")).unwrap();
+        assert_eq!(c.validate().unwrap_err().0, "admin.capacity_model");
+        assert!(Config::from_toml(&format!("{base}capacity_model_clients = \"moon\"\n")).is_err());
     }
 
     /// The parser takes integers past i64::MAX for unsigned keys, but TOML cannot

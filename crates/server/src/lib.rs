@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+pub mod capacity;
 pub mod config;
 mod counters;
 pub mod demo;

@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,11 @@ pub struct AdminState {
     pub capacity_connections: u64,
     /// Gb/s at which /load reports no spare capacity (0: not used).
     pub capacity_gbps: f64,
+    /// The capacity model (`admin.capacity_model`) and which of its ceilings apply.
+    pub capacity_model: Option<(crate::capacity::Inputs, crate::capacity::Path)>,
+    /// The model's ceiling for the transport mix of the last second served, in Gb/s
+    /// (`f64` bits; 0 until something is served).
+    pub model_ceiling_gbps: AtomicU64,
     /// The fill pool, for its queue and per-device counters.
     pub fill: Option<Arc<crate::server::fill::FillPool>>,
     /// The access log, for its written and dropped record counts.
@@ -70,6 +75,23 @@ impl AdminState {
         self.total(|w| TransportKind::ALL.iter().map(|k| w.body_bytes_of(*k)).sum())
     }
 
+    /// The capacity model's ceiling for the last second's transport mix, in Gb/s.
+    pub fn model_ceiling(&self) -> Option<f64> {
+        Some(f64::from_bits(self.model_ceiling_gbps.load(Ordering::Relaxed))).filter(|c| *c > 0.0)
+    }
+
+    /// Body bytes served so far per transport, for the capacity model's mix.
+    fn served(&self) -> crate::capacity::Served {
+        let sessions = self.total(|w| w.ktls_sessions.get());
+        let device = self.total(|w| w.ktls_device_sessions.get());
+        crate::capacity::Served {
+            plain: self.total(|w| w.body_bytes_of(TransportKind::Plain)) as f64,
+            ktls: self.total(|w| w.body_bytes_of(TransportKind::Ktls)) as f64,
+            ktls_offload_share: if sessions == 0 { 0.0 } else { device as f64 / sessions as f64 },
+            user_tls: self.total(|w| w.body_bytes_of(TransportKind::UserTls)) as f64,
+        }
+    }
+
     /// The agent-check line for the current load.
     pub fn load_line(&self, gbps: f64) -> String {
         if self.shutting_down.load(Ordering::Relaxed) {
@@ -79,6 +101,8 @@ impl AdminState {
         let mut used = conns / self.capacity_connections.max(1) as f64;
         if self.capacity_gbps > 0.0 {
             used = used.max(gbps / self.capacity_gbps);
+        } else if let Some(ceiling) = self.model_ceiling() {
+            used = used.max(gbps / ceiling);
         }
         let weight = ((1.0 - used) * 100.0).round().clamp(1.0, 100.0) as u32;
         // `ready` lifts HAProxy's administrative drain, which a `drain` reply set: a
@@ -133,6 +157,7 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>, stop: Ar
         let (state, gbps) = (state.clone(), gbps.clone());
         tokio::task::spawn_local(async move {
             let mut last = (Instant::now(), state.body_bytes());
+            let mut last_served = state.served();
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
@@ -142,6 +167,20 @@ async fn serve(listener: std::net::TcpListener, state: Arc<AdminState>, stop: Ar
                     gbps.set((now.1 - last.1) as f64 * 8.0 / secs / 1e9);
                 }
                 last = now;
+                if let Some((inputs, path)) = &state.capacity_model {
+                    let served = state.served();
+                    let delta = crate::capacity::Served {
+                        plain: served.plain - last_served.plain,
+                        ktls: served.ktls - last_served.ktls,
+                        ktls_offload_share: served.ktls_offload_share,
+                        user_tls: served.user_tls - last_served.user_tls,
+                    };
+                    // Nothing served: the mix is unknown, the last ceiling stands.
+                    if let Some(bps) = crate::capacity::served_mix_ceiling(inputs, *path, &delta) {
+                        state.model_ceiling_gbps.store((bps / 1e9).to_bits(), Ordering::Relaxed);
+                    }
+                    last_served = served;
+                }
             }
         });
     }
@@ -316,6 +355,8 @@ mod tests {
             steering: "reuseport-hash",
             capacity_connections: capacity,
             capacity_gbps: gbps_cap,
+            capacity_model: None,
+            model_ceiling_gbps: Default::default(),
             fill: None,
             access_log: None,
             certificates: Default::default(),
@@ -323,6 +364,18 @@ mod tests {
             reload_failures: Default::default(),
             upgrade_failures: Default::default(),
         }
+    }
+
+    #[test]
+    fn load_line_uses_the_model_ceiling_unless_capacity_gbps_is_set() {
+        let s = state(1000, 0.0);
+        assert_eq!(s.load_line(5.0), "up ready 100%", "no model, no capacity_gbps");
+        s.model_ceiling_gbps.store(20.0f64.to_bits(), Ordering::Relaxed);
+        assert_eq!(s.model_ceiling(), Some(20.0));
+        assert_eq!(s.load_line(5.0), "up ready 75%");
+        let s = state(1000, 10.0);
+        s.model_ceiling_gbps.store(20.0f64.to_bits(), Ordering::Relaxed);
+        assert_eq!(s.load_line(5.0), "up ready 50%", "capacity_gbps wins");
     }
 
     #[test]

@@ -17,10 +17,23 @@ struct Status<'a> {
     /// Body throughput over the last second.
     gbps: f64,
     load: String,
+    /// Served Gb/s against the capacity model, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity: Option<Capacity>,
     totals: Numbers,
     /// Page-cache hits, fills, disks and memory pressure.
     cold: super::cold::Cold,
     workers: Vec<Worker>,
+}
+
+#[derive(Serialize)]
+struct Capacity {
+    /// `network` or `loopback`: which of the model's ceilings apply.
+    clients: crate::capacity::Path,
+    /// The model's ceiling for the transport mix of the last second served.
+    ceiling_gbps: Option<f64>,
+    /// `gbps` / `ceiling_gbps`.
+    share: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -139,6 +152,10 @@ pub fn json(state: &AdminState, gbps: f64) -> String {
         steering: state.steering,
         gbps,
         load: state.load_line(gbps),
+        capacity: state.capacity_model.as_ref().map(|(_, clients)| {
+            let ceiling = state.model_ceiling();
+            Capacity { clients: *clients, ceiling_gbps: ceiling, share: ceiling.map(|c| gbps / c) }
+        }),
         totals,
         cold: super::cold::snapshot(state),
         workers,

@@ -205,6 +205,16 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         counters.push(worker_counters);
     }
 
+    let capacity_model = match &settings.config.admin.capacity_model {
+        Some(file) => Some((
+            crate::capacity::load_inputs(file).context("admin.capacity_model")?,
+            match settings.config.admin.capacity_model_clients {
+                crate::config::ModelClients::Network => crate::capacity::Path::Network,
+                crate::config::ModelClients::Loopback => crate::capacity::Path::Loopback,
+            },
+        )),
+        None => None,
+    };
     let admin_state = Arc::new(AdminState {
         workers: counters.clone(),
         shutting_down: AtomicBool::new(false),
@@ -216,6 +226,8 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
             n => n,
         },
         capacity_gbps: settings.config.admin.capacity_gbps,
+        capacity_model,
+        model_ceiling_gbps: Default::default(),
         fill: fill.clone(),
         access_log: access_log.clone(),
         certificates: std::sync::Mutex::new(certificates_of(&settings)),

@@ -8,7 +8,7 @@
 //! on fixture trees in tests and on a snapshot copied from another machine.
 
 mod checks;
-mod features;
+pub(crate) mod features;
 mod queue_counters;
 
 pub mod moderation;
