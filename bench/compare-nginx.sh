@@ -27,7 +27,8 @@
 # to see per-request costs such as logging).
 #
 # Usage: bench/compare-nginx.sh [--quick] [--rounds N] [--duration S] [--access-log]
-#          [--log-format json|combined] [--range-bytes N] [--workers N] [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
+#          [--log-format json|combined] [--range-bytes N] [--workers N]
+#          [--conns "16 256"] [--proto "http https"] [--dir DIR] [--bin PATH]
 #   --quick   1 round of 2 s per workload, 2 files of 16 MiB: a smoke test.
 #
 # Needs: nginx, wrk, iperf3, python3 (Debian packages), and cargo to build linerate.
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
         --log-format) log_format=$2; shift
             case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac ;;
         --range-bytes) range_bytes=$2; shift ;;
-        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -89,11 +90,7 @@ if [ "$access_log" -eq 1 ]; then
     server {
         listen 127.0.0.1:$nginx_log_tls_port ssl reuseport;
         access_log $work/nginx-access.log combined buffer=64k flush=1s;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        ssl_protocols TLSv1.3;
-        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
-        ssl_conf_command Options KTLS;
+        $(nginx_tls13_lines)
         root $dir;
     }"
 fi
@@ -104,11 +101,7 @@ write_nginx_conf "$work/nginx" "$workers" 16384 8192 "$log_blocks
     }
     server {
         listen 127.0.0.1:$nginx_tls_port ssl reuseport;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        ssl_protocols TLSv1.3;
-        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
-        ssl_conf_command Options KTLS;
+        $(nginx_tls13_lines)
         root $dir;
     }"
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &

@@ -74,11 +74,7 @@ write_nginx_conf "$work/nginx" "$workers" 16384 8192 "
     ssl_session_tickets on;
     server {
         listen 127.0.0.1:$nginx_port ssl reuseport;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        ssl_protocols TLSv1.3;
-        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
-        ssl_conf_command Options KTLS;
+        $(nginx_tls13_lines)
         root $dir;
     }"
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &

@@ -133,6 +133,14 @@ wrk_row() {
         }'
 }
 
+# The TLS directives of a benchmark nginx server block, on one line: the test
+# certificate in $work, TLS 1.3 with AES-128-GCM only (the cipher linerate's
+# comparisons use), and kernel TLS where the kernel has it.
+nginx_tls13_lines() {
+    echo "ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; ssl_protocols TLSv1.3;" \
+        "ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256; ssl_conf_command Options KTLS;"
+}
+
 # write_nginx_conf DIR WORKERS NOFILE CONNECTIONS SERVERS: DIR/nginx.conf for a
 # benchmark nginx in the foreground: WORKERS workers that may open NOFILE files and
 # CONNECTIONS connections each, sendfile with nopush/nodelay, no access log, an open
