@@ -77,9 +77,10 @@ pub fn run(args: CapacityArgs) -> anyhow::Result<()> {
     );
     println!(
         "one core: sendfile over loopback {:.2} GB/s per sender CPU-s, {:.2} GB/s per CPU-s of sender and receiver \
-         (receiver reads of {} bytes; all pairs, wall clock: {:.1} Gb/s)",
+         with their interrupts ({:.0}% of it) (receiver reads of {} bytes on the next CPU; all pairs, wall clock: {:.1} Gb/s)",
         facts.sendfile_sender_bytes_per_s / gb,
         facts.sendfile_pair_bytes_per_s / gb,
+        facts.sendfile_interrupt_share * 100.0,
         facts.loopback_read_bytes,
         facts.sendfile_wall_bytes_per_s * 8.0 / gb
     );

@@ -80,7 +80,8 @@ impl Mode {
     /// per-core rates (bytes per CPU-second):
     ///
     /// - plain and NIC offload: one `sendfile` byte (network: the sender's cost;
-    ///   loopback: sender and receiver together, as measured by a pair on one core);
+    ///   loopback: sender and receiver together, as measured by pairs spread over
+    ///   two CPUs);
     /// - kTLS in software: that plus one seal (the kernel's AES-GCM is taken to cost
     ///   what aws-lc's does);
     /// - user-space TLS: that plus two copies (the `preadv` into the record slot,
@@ -118,10 +119,11 @@ pub enum Path {
 /// Per-core rates the model needs, in bytes per CPU-second.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rates {
-    /// `sendfile` to a loopback socket, the sending thread's CPU time only.
+    /// `sendfile` to a loopback socket, the sending thread's CPU time only (which
+    /// includes the loopback receive path the kernel runs in the sender's context).
     pub sendfile_sender: f64,
-    /// `sendfile` to a loopback socket and the receiver's `read`, both threads on
-    /// one core: the CPU time of the two.
+    /// `sendfile` to a loopback socket and the receiver's `read`, the receiver on
+    /// another CPU: the CPU time of the two.
     pub sendfile_pair: f64,
     /// AES-GCM seal of 16 KiB records (the cipher the prediction is for).
     pub seal: f64,
