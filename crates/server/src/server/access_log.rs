@@ -246,10 +246,11 @@ impl WorkerLog {
                 fresh
             }
         };
-        match at.checked_duration_since(base) {
-            Some(after) => wall + after,
-            None => wall - base.duration_since(at),
-        }
+        let moved = match at.checked_duration_since(base) {
+            Some(after) => wall.checked_add(after),
+            None => wall.checked_sub(base.duration_since(at)),
+        };
+        moved.unwrap_or(wall)
     }
 
     pub fn write(&self, rec: &Record<'_>, format: Format, now: Instant) {
