@@ -21,20 +21,31 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::config::AccessLogFormat as Format;
 use crate::counters::tcp_info::TcpFigures;
 
-/// A batch is handed to the writer once it holds this many bytes...
-const BATCH_BYTES: usize = 32 * 1024;
+/// A batch is handed to the writer once it holds this many bytes (a few thousand
+/// records: each hand-over wakes the writer thread, so the writer's cost is mostly
+/// per batch, not per record)...
+const BATCH_BYTES: usize = 256 * 1024;
 /// ...or once its oldest record has waited this long.
 const BATCH_AGE: Duration = Duration::from_secs(1);
 /// Batches queued for the writer before new ones are dropped (with `BATCH_BYTES`,
 /// about 8 MiB of records: several seconds of a very busy box).
-const QUEUE_BATCHES: usize = 256;
+const QUEUE_BATCHES: usize = 32;
+/// Written batches' buffers kept for the workers to fill again, so that a batch
+/// costs no allocation (a buffer of `BATCH_BYTES` is past malloc's mmap threshold).
+const SPARE_BUFFERS: usize = 8;
+/// Room left in a fresh buffer past `BATCH_BYTES`, so the record that fills it
+/// rarely makes it grow.
+const MAX_RECORD_GUESS: usize = 4096;
+/// How often a worker reads the wall clock afresh to date its records (between
+/// readings, a record's time is that reading moved by the monotonic clock).
+const WALL_CLOCK_EVERY: Duration = Duration::from_secs(1);
 
 /// The counters of the access log, shared by the writer and the workers.
 #[derive(Debug, Default)]
@@ -61,6 +72,8 @@ pub struct AccessLog {
     pub counters: LogCounters,
     /// Tells `finish` that the writer has written everything and stopped.
     done: Mutex<Receiver<()>>,
+    /// Emptied buffers of written batches, for the workers' next batches.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 impl AccessLog {
@@ -75,6 +88,7 @@ impl AccessLog {
             reopen: AtomicBool::new(false),
             counters: LogCounters::default(),
             done: Mutex::new(done_rx),
+            spare: Mutex::new(Vec::new()),
         });
         let writer = Writer { path: path.to_path_buf(), file, rx, log: log.clone() };
         std::thread::Builder::new().name("access-log".into()).spawn(move || {
@@ -90,14 +104,30 @@ impl AccessLog {
         self.reopen.store(true, Ordering::Release);
     }
 
-    fn submit(&self, bytes: Vec<u8>, records: u64) {
-        let sent = match lock(&self.tx).as_ref() {
-            Some(tx) => tx.try_send(Batch { bytes, records }).is_ok(),
-            None => false,
-        };
-        if !sent {
-            self.counters.dropped.fetch_add(records, Ordering::Relaxed);
+    /// An empty buffer for a worker's next batch: a written batch's, when there is one.
+    fn buffer(&self) -> Vec<u8> {
+        lock(&self.spare).pop().unwrap_or_else(|| Vec::with_capacity(BATCH_BYTES + MAX_RECORD_GUESS))
+    }
+
+    /// Keeps a written batch's buffer for a next batch.
+    fn recycle(&self, mut bytes: Vec<u8>) {
+        bytes.clear();
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(bytes);
         }
+    }
+
+    fn submit(&self, bytes: Vec<u8>, records: u64) {
+        let unsent = match lock(&self.tx).as_ref() {
+            Some(tx) => match tx.try_send(Batch { bytes, records }) {
+                Ok(()) => return,
+                Err(TrySendError::Full(b) | TrySendError::Disconnected(b)) => b.bytes,
+            },
+            None => bytes,
+        };
+        self.counters.dropped.fetch_add(records, Ordering::Relaxed);
+        self.recycle(unsent);
     }
 
     /// Closes the queue and waits (up to `wait`) for the writer to write what is in
@@ -148,7 +178,9 @@ impl Writer {
             }
             let Some(batch) = batch else { continue };
             let counters = &self.log.counters;
-            match self.file.write_all(&batch.bytes) {
+            let written = self.file.write_all(&batch.bytes);
+            self.log.recycle(batch.bytes);
+            match written {
                 Ok(()) => {
                     counters.written.fetch_add(batch.records, Ordering::Relaxed);
                     if failing {
@@ -175,6 +207,8 @@ pub struct WorkerLog {
     buf: RefCell<Vec<u8>>,
     records: Cell<u64>,
     oldest: Cell<Option<Instant>>,
+    /// A reading of both clocks, taken together: records are dated from it.
+    clocks: Cell<Option<(Instant, SystemTime)>>,
 }
 
 impl WorkerLog {
@@ -185,6 +219,7 @@ impl WorkerLog {
             buf: RefCell::new(Vec::new()),
             records: Cell::new(0),
             oldest: Cell::new(None),
+            clocks: Cell::new(None),
         }
     }
 
@@ -195,11 +230,34 @@ impl WorkerLog {
         n % sample.max(1) == 0
     }
 
+    /// The wall-clock time of the monotonic instant `at` (`now` being the present):
+    /// a reading of the wall clock at most `WALL_CLOCK_EVERY` old, moved by the
+    /// monotonic clock. Saves a clock read per record; the two clocks run at the same
+    /// rate (NTP slews both), so the time is the one `SystemTime::now()` would have
+    /// given at `at`, to well under a millisecond, except in the second after the
+    /// wall clock is stepped, when records keep the old time base until the next
+    /// reading.
+    pub fn wall_time(&self, at: Instant, now: Instant) -> SystemTime {
+        let (base, wall) = match self.clocks.get() {
+            Some((base, wall)) if now.saturating_duration_since(base) < WALL_CLOCK_EVERY => (base, wall),
+            _ => {
+                let fresh = (Instant::now(), SystemTime::now());
+                self.clocks.set(Some(fresh));
+                fresh
+            }
+        };
+        let moved = match at.checked_duration_since(base) {
+            Some(after) => wall.checked_add(after),
+            None => wall.checked_sub(base.duration_since(at)),
+        };
+        moved.unwrap_or(wall)
+    }
+
     pub fn write(&self, rec: &Record<'_>, format: Format, now: Instant) {
         {
             let mut buf = self.buf.borrow_mut();
             if buf.capacity() == 0 {
-                buf.reserve(BATCH_BYTES + 1024);
+                *buf = self.log.buffer();
             }
             match format {
                 Format::Json => rec.write_json(&mut buf),
@@ -363,21 +421,77 @@ impl Record<'_> {
     }
 }
 
-/// The client's address as `Display` writes it, without `core::fmt` for IPv4 (most
-/// clients): the formatter cost more than the rest of a `combined` line.
+/// The client's address as `Display` writes it, without `core::fmt`: the formatter
+/// cost more than the rest of a `combined` line.
 fn client_ip(ip: std::net::IpAddr, out: &mut Vec<u8>) {
     match ip {
-        std::net::IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                num(out, octet.into());
+        std::net::IpAddr::V4(v4) => ipv4(v4.octets(), out),
+        std::net::IpAddr::V6(v6) => ipv6(v6, out),
+    }
+}
+
+/// Dotted decimal, `192.0.2.1`.
+fn ipv4(octets: [u8; 4], out: &mut Vec<u8>) {
+    for (i, octet) in octets.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'.');
+        }
+        if octet >= 100 {
+            out.push(b'0' + octet / 100);
+        }
+        if octet >= 10 {
+            out.push(b'0' + octet / 10 % 10);
+        }
+        out.push(b'0' + octet % 10);
+    }
+}
+
+/// RFC 5952's text form, as std's `Display` writes it: lowercase hex without leading
+/// zeros; the longest run of two or more zero groups (the first of equal runs) as
+/// `::`; an IPv4-mapped address as `::ffff:a.b.c.d`.
+fn ipv6(ip: std::net::Ipv6Addr, out: &mut Vec<u8>) {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        out.extend_from_slice(b"::ffff:");
+        return ipv4(v4.octets(), out);
+    }
+    let groups = ip.segments();
+    let (mut best, mut best_len, mut run, mut run_len) = (0, 0, 0, 0);
+    for (i, &g) in groups.iter().enumerate() {
+        if g == 0 {
+            if run_len == 0 {
+                run = i;
             }
+            run_len += 1;
+            if run_len > best_len {
+                (best, best_len) = (run, run_len);
+            }
+        } else {
+            run_len = 0;
         }
-        std::net::IpAddr::V6(v6) => {
-            let _ = write!(out, "{v6}");
+    }
+    let hex_groups = |groups: &[u16], out: &mut Vec<u8>| {
+        for (i, &g) in groups.iter().enumerate() {
+            if i > 0 {
+                out.push(b':');
+            }
+            hex16(g, out);
         }
+    };
+    if best_len > 1 {
+        hex_groups(&groups[..best], out);
+        out.extend_from_slice(b"::");
+        hex_groups(&groups[best + best_len..], out);
+    } else {
+        hex_groups(&groups, out);
+    }
+}
+
+/// A group in lowercase hex without leading zeros.
+fn hex16(g: u16, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (16 - g.leading_zeros()).div_ceil(4).max(1);
+    for k in (0..digits).rev() {
+        out.push(HEX[usize::from(g >> (4 * k)) & 15]);
     }
 }
 
@@ -393,28 +507,97 @@ fn millis(out: &mut Vec<u8>, micros: u128) {
     out.extend_from_slice(&[b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8]);
 }
 
+/// A second of UTC, rendered for both formats.
+struct Second {
+    /// Seconds since the epoch; `u64::MAX` before the first record.
+    secs: u64,
+    /// `2026-11-23T22:30:00`.
+    rfc3339: Vec<u8>,
+    /// `23/Nov/2026:22:30:00 +0000`.
+    clf: Vec<u8>,
+}
+
 thread_local! {
-    /// The last second formatted for records on this thread, and its text
-    /// (`YYYY-MM-DDTHH:MM:SS`): the date is formatted once a second, not per record.
-    static SECOND: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+    /// The last second formatted for records on this thread: the date is worked out
+    /// once a second, not per record.
+    static SECOND: RefCell<Second> = const { RefCell::new(Second { secs: u64::MAX, rfc3339: Vec::new(), clf: Vec::new() }) };
+}
+
+/// Calls `f` with the rendering of the second holding `t` (times before the epoch
+/// are written as the epoch).
+fn with_second<R>(t: SystemTime, f: impl FnOnce(&Second, Duration) -> R) -> R {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    SECOND.with(|cell| {
+        let mut second = cell.borrow_mut();
+        if second.secs != since.as_secs() {
+            render_second(since.as_secs(), &mut second);
+        }
+        f(&second, since)
+    })
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn render_second(secs: u64, second: &mut Second) {
+    const MONTHS: [&[u8; 3]; 12] =
+        [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+    let two = |n: u64| [b'0' + (n / 10 % 10) as u8, b'0' + (n % 10) as u8];
+    let (year, month, day) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2));
+    let in_day = secs % 86_400;
+    let (h, m, s) = (two(in_day / 3600), two(in_day / 60 % 60), two(in_day % 60));
+    let mut y = [b'0'; 4];
+    let year_text = itoa::Buffer::new().format(year).as_bytes().to_vec();
+    let year_text: &[u8] = if year_text.len() < 4 {
+        y[4 - year_text.len()..].copy_from_slice(&year_text);
+        &y
+    } else {
+        &year_text
+    };
+    let (mo, d) = (two(month.into()), two(day.into()));
+    let r = &mut second.rfc3339;
+    r.clear();
+    for part in [year_text, b"-", &mo, b"-", &d, b"T", &h, b":", &m, b":", &s] {
+        r.extend_from_slice(part);
+    }
+    let c = &mut second.clf;
+    c.clear();
+    for part in [&d[..], b"/", MONTHS[month as usize - 1], b"/", year_text, b":", &h, b":", &m, b":", &s, b" +0000"] {
+        c.extend_from_slice(part);
+    }
+    second.secs = secs;
 }
 
 /// `2026-11-23T22:30:00.123Z`.
 fn rfc3339_millis(t: SystemTime, out: &mut Vec<u8>) {
-    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    SECOND.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if cached.0 != since.as_secs() {
-            let text = humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(since.as_secs()));
-            cached.1.clear();
-            let _ = write!(cached.1, "{text}");
-            cached.1.pop(); // the trailing `Z`
-            cached.0 = since.as_secs();
-        }
-        out.extend_from_slice(&cached.1);
+    with_second(t, |second, since| {
+        out.extend_from_slice(&second.rfc3339);
+        let ms = since.subsec_millis();
+        out.extend_from_slice(&[
+            b'.',
+            b'0' + (ms / 100) as u8,
+            b'0' + (ms / 10 % 10) as u8,
+            b'0' + (ms % 10) as u8,
+            b'Z',
+        ]);
     });
-    let ms = since.subsec_millis();
-    out.extend_from_slice(&[b'.', b'0' + (ms / 100) as u8, b'0' + (ms / 10 % 10) as u8, b'0' + (ms % 10) as u8, b'Z']);
+}
+
+/// `23/Nov/2026:22:30:00 +0000`.
+fn clf_time(t: SystemTime, out: &mut Vec<u8>) {
+    with_second(t, |second, _| out.extend_from_slice(&second.clf));
 }
 
 fn opt_bytes(v: Option<&[u8]>, out: &mut Vec<u8>) {
@@ -433,14 +616,16 @@ fn opt_bytes(v: Option<&[u8]>, out: &mut Vec<u8>) {
 /// a JSON reader gets the same four characters.
 fn escape_to(bytes: &[u8], out: &mut Vec<u8>, json: bool) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in bytes {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            out.push(b);
-        } else {
-            out.extend_from_slice(if json { b"\\\\x" } else { b"\\x" });
-            out.push(HEX[(b >> 4) as usize]);
-            out.push(HEX[(b & 15) as usize]);
-        }
+    let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
+    let mut rest = bytes;
+    // Runs of bytes written as they are go in one copy: most fields are all one run.
+    while !rest.is_empty() {
+        let run = rest.iter().position(|&b| !plain(b)).unwrap_or(rest.len());
+        out.extend_from_slice(&rest[..run]);
+        let Some((&b, tail)) = rest[run..].split_first() else { break };
+        out.extend_from_slice(if json { b"\\\\x" } else { b"\\x" });
+        out.extend_from_slice(&[HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        rest = tail;
     }
 }
 
@@ -450,27 +635,6 @@ fn escape(bytes: &[u8], out: &mut Vec<u8>) {
 
 fn escape_clf(bytes: &[u8], out: &mut Vec<u8>) {
     escape_to(bytes, out, false);
-}
-
-/// `23/Nov/2026:22:30:00 +0000`.
-fn clf_time(t: SystemTime, out: &mut Vec<u8>) {
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    // RFC 3339 "YYYY-MM-DDTHH:MM:SSZ", reordered.
-    let s = humantime::format_rfc3339_seconds(t).to_string();
-    let b = s.as_bytes();
-    let month = s.get(5..7).and_then(|m| m.parse::<usize>().ok()).unwrap_or(1).clamp(1, 12);
-    if b.len() < 19 {
-        out.extend_from_slice(s.as_bytes());
-        return;
-    }
-    out.extend_from_slice(&b[8..10]);
-    out.push(b'/');
-    out.extend_from_slice(MONTHS[month - 1].as_bytes());
-    out.push(b'/');
-    out.extend_from_slice(&b[0..4]);
-    out.push(b':');
-    out.extend_from_slice(&b[11..19]);
-    out.extend_from_slice(b" +0000");
 }
 
 #[cfg(test)]
@@ -658,5 +822,153 @@ mod tests {
         let w = WorkerLog::new(log);
         assert_eq!((0..100).filter(|_| w.wants_next(10)).count(), 10);
         assert_eq!((0..100).filter(|_| w.wants_next(1)).count(), 100);
+    }
+
+    /// xorshift64*: reproducible inputs for the property tests below.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+    }
+
+    fn shown(ip: std::net::IpAddr) -> String {
+        let mut out = Vec::new();
+        client_ip(ip, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn addresses_are_written_as_std_displays_them() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for n in 0..200_000u32 {
+            let r = rng.next();
+            let v4 = Ipv4Addr::from(if n < 256 { u32::from_be_bytes([n as u8, 10, 100, 255]) } else { r as u32 });
+            assert_eq!(shown(IpAddr::V4(v4)), v4.to_string());
+            // Groups are zero half the time, so that every shape of zero runs (none,
+            // one group, ties, leading, trailing, all) comes up often.
+            let mut groups = [0u16; 8];
+            let (mask, values) = (rng.next(), rng.next());
+            for (k, g) in groups.iter_mut().enumerate() {
+                if mask >> k & 1 == 1 {
+                    // Any width: 1 to 4 hex digits.
+                    *g = (values >> (8 * k)) as u16 >> (4 * ((mask >> (8 + 2 * k)) & 3));
+                }
+            }
+            let v6 = Ipv6Addr::from(groups);
+            assert_eq!(shown(IpAddr::V6(v6)), v6.to_string(), "{groups:x?}");
+            let mapped = v4.to_ipv6_mapped();
+            assert_eq!(shown(IpAddr::V6(mapped)), mapped.to_string());
+            let compatible = v4.to_ipv6_compatible();
+            assert_eq!(shown(IpAddr::V6(compatible)), compatible.to_string());
+        }
+        for text in ["::", "::1", "1::", "1:0:0:1:0:0:0:1", "1:0:0:0:1:0:0:1", "0:1:0:1:0:1:0:1", "ffff::ffff:0:0"] {
+            let v6: Ipv6Addr = text.parse().unwrap();
+            assert_eq!(shown(IpAddr::V6(v6)), v6.to_string());
+        }
+    }
+
+    #[test]
+    fn dates_match_humantime_in_both_formats() {
+        const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+        let mut rng = Rng(42);
+        // Every day boundary around leap days and years, and random seconds up to 9999.
+        let edges = [0u64, 951_782_399, 951_782_400, 951_868_799, 951_868_800, 4_107_542_399, 4_107_542_400];
+        let random = (0..100_000).map(|_| rng.next() % 253_402_300_800);
+        for secs in edges.into_iter().chain(random) {
+            let t = SystemTime::UNIX_EPOCH + Duration::from_millis(secs * 1000 + secs % 1000);
+            let want = humantime::format_rfc3339_millis(t).to_string();
+            let mut got = Vec::new();
+            rfc3339_millis(t, &mut got);
+            assert_eq!(String::from_utf8(got).unwrap(), want);
+            let (y, mo, d, hms) = (&want[0..4], &want[5..7], &want[8..10], &want[11..19]);
+            let mut clf = Vec::new();
+            clf_time(t, &mut clf);
+            let month = MONTHS[mo.parse::<usize>().unwrap() - 1];
+            assert_eq!(String::from_utf8(clf).unwrap(), format!("{d}/{month}/{y}:{hms} +0000"));
+        }
+    }
+
+    #[test]
+    fn escaping_matches_a_byte_by_byte_reference() {
+        fn reference(bytes: &[u8], json: bool) -> Vec<u8> {
+            let mut out = Vec::new();
+            for &b in bytes {
+                if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+                    out.push(b);
+                } else {
+                    out.extend_from_slice(format!("{}x{b:02X}", if json { "\\\\" } else { "\\" }).as_bytes());
+                }
+            }
+            out
+        }
+        let mut rng = Rng(7);
+        for _ in 0..20_000 {
+            let len = (rng.next() % 40) as usize;
+            // Mostly printable, as real fields are, with escapes anywhere.
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| match rng.next() % 8 {
+                    0 => rng.next() as u8,
+                    1 => b"\"\\"[(rng.next() % 2) as usize],
+                    _ => b' ' + (rng.next() % 95) as u8,
+                })
+                .collect();
+            for json in [true, false] {
+                let mut out = b"prefix".to_vec();
+                escape_to(&bytes, &mut out, json);
+                assert_eq!(&out[6..], reference(&bytes, json), "{bytes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn record_times_follow_the_wall_clock() {
+        let log = AccessLog::start(Path::new("/dev/null")).unwrap();
+        let w = WorkerLog::new(log);
+        let since = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        for _ in 0..3 {
+            let at = Instant::now();
+            let wall = SystemTime::now();
+            std::thread::sleep(Duration::from_millis(20));
+            let (now, wall_now) = (Instant::now(), SystemTime::now());
+            let got = since(w.wall_time(at, now));
+            let want = since(wall);
+            assert!(got.abs_diff(want) < Duration::from_millis(1), "{got:?} vs {want:?}");
+            // The present, too, and an instant after the reading it is dated from.
+            assert!(since(w.wall_time(now, now)).abs_diff(since(wall_now)) < Duration::from_millis(1));
+            let later = Instant::now() + Duration::from_millis(5);
+            let got_later = since(w.wall_time(later, now));
+            assert!(got_later.abs_diff(since(wall_now) + Duration::from_millis(5)) < Duration::from_millis(1));
+        }
+        // Past WALL_CLOCK_EVERY the wall clock is read again.
+        let old = w.clocks.get().unwrap().0;
+        let now = old + WALL_CLOCK_EVERY + Duration::from_millis(1);
+        w.wall_time(now, now);
+        assert!(w.clocks.get().unwrap().0 > old);
+    }
+
+    #[test]
+    fn written_batches_buffers_are_used_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AccessLog::start(&dir.path().join("access.log")).unwrap();
+        let w = WorkerLog::new(log.clone());
+        w.write(&record(b"/a", None), Format::Json, Instant::now());
+        let first = w.buf.borrow().as_ptr();
+        w.flush();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&log.spare).is_empty() {
+            assert!(Instant::now() < deadline, "buffer not given back");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        w.write(&record(b"/b", None), Format::Json, Instant::now());
+        assert_eq!(w.buf.borrow().as_ptr(), first);
+        assert!(lock(&log.spare).is_empty());
+        w.flush();
+        log.finish(Duration::from_secs(5));
+        assert_eq!(log.counters.written.load(Ordering::Relaxed), 2);
     }
 }

@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use linerate_http::date::DateCache;
 use tokio::sync::Notify;
@@ -162,8 +162,9 @@ pub struct TlsInfo {
 /// worker has an access log.
 #[derive(Default)]
 struct Exchange {
-    /// When the request head was complete (monotonic, and wall-clock for the record).
-    started: Option<(Instant, SystemTime)>,
+    /// When the request head was complete (the record's wall-clock time is worked
+    /// out from it: one clock read, not two).
+    started: Option<Instant>,
     status: Option<Status>,
     head_bytes: u64,
     /// Body bytes sent from memory: multipart part heads, error pages.
@@ -371,7 +372,7 @@ impl<T: Transport> Conn<'_, T> {
         self.io.begin_response();
         if self.worker.log.is_some() {
             self.ex = Exchange {
-                started: Some((Instant::now(), SystemTime::now())),
+                started: Some(Instant::now()),
                 file_bytes_before: self.io.body_bytes_sent(),
                 ..Exchange::default()
             };
@@ -390,7 +391,7 @@ impl<T: Transport> Conn<'_, T> {
     fn log_exchange(&mut self) {
         let Some(log) = self.worker.log.as_ref() else { return };
         let ex = std::mem::take(&mut self.ex);
-        let (Some((started, wall)), Some(status)) = (ex.started, ex.status) else { return };
+        let (Some(started), Some(status)) = (ex.started, ex.status) else { return };
         let config = &self.settings.config.access_log;
         if !log.wants_next(config.sample) {
             return;
@@ -400,7 +401,7 @@ impl<T: Transport> Conn<'_, T> {
         let method = self.req.method_name();
         let tls = self.tls.as_ref();
         let record = Record {
-            time: wall,
+            time: log.wall_time(started, now),
             client: self.peer,
             method: if method.is_empty() { b"-" } else { method },
             target: self.req.target(),
