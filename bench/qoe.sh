@@ -2,14 +2,14 @@
 # Quality of experience under load: linerate vs nginx, side by side, as viewers see it.
 #
 # Serves one catalogue (Zipf-popular titles of random bytes, warmed into the page
-# cache) from nginx and from linerate in turn, over HTTP and over HTTPS, and drives
-# each with `linerate bench`: N paced sessions at a target bitrate, 2 MiB segments,
-# 3 start-up segments, for a fixed duration. One run per (protocol, server), one
-# after the other. Prints a table: Gb/s, play delay p50/p99, TTFB p99, rebuffer
-# ratio, errors, the server's peak and steady RSS (all nginx processes summed), the
-# whole machine's busy CPU during the run (from /proc/stat, without the time of
-# niced processes, see machine_ticks in bench/lib.sh: at the same offered load, CPU
-# spent is the efficiency figure), the server's own CPU and the client's.
+# cache before every run) from nginx and from linerate in turn, over HTTP and over
+# HTTPS, and drives each with `linerate bench`: N paced sessions at a target bitrate,
+# 2 MiB segments, 3 start-up segments, for a fixed duration. One run per (protocol,
+# server), one after the other. Prints a table: Gb/s, play delay p50/p99, TTFB p99,
+# rebuffer ratio, errors, the server's peak and steady RSS (all nginx processes
+# summed), the whole machine's busy CPU during the run (from /proc/stat, without the
+# time of niced processes, see machine_ticks in bench/lib.sh: at the same offered
+# load, CPU spent is the efficiency figure), the server's own CPU and the client's.
 #
 # Usage: bench/qoe.sh [--quick] [--load overload|fixed] [--sessions N] [--duration S]
 #          [--bitrate-mbps R] [--http-load N@R] [--https-load N@R] [--ramp N]
@@ -127,6 +127,11 @@ results="$work/results"
 run_one() { # protocol server round
     local proto=$1 server=$2 round=$3 load_sessions load_bitrate load_ramp
     read -r load_sessions load_bitrate load_ramp < <(load_of "$proto")
+    # Warm the catalogue again before every run: a kernel that reclaims idle page
+    # cache proactively (DAMON's pageout scheme on the development machine takes pages
+    # idle for about a minute) would otherwise make the first run after a pause read
+    # part of it from disk, which is a cold-catalogue test, not this one.
+    make_content "$dir" "$titles" "$title_mib" title
     if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" || exit 1; fi
     local ramp_args=()
     [ "$load_ramp" != 0 ] && ramp_args=(--ramp "$load_ramp")
