@@ -731,8 +731,10 @@ impl<T: Transport> Conn<'_, T> {
             return self.io.send_file(&file.file, offset, len).await;
         };
         let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
-        let admitted =
-            pool.admission.as_ref().is_none_or(|a| a.note(&self.worker.admission, id, size, len, Instant::now()));
+        let admitted = pool
+            .admission
+            .as_ref()
+            .is_none_or(|a| a.note(&self.worker.admission, id, size, fill::demand_bytes(offset, size), Instant::now()));
         let ready = |at: u64, n: u64| {
             let now = Instant::now();
             if file.resident.covers(at, n, window, now) {

@@ -482,6 +482,20 @@ impl Kept {
     }
 }
 
+/// The demand a range asked of a file counts for: one pass over the file (its
+/// size) for a range that starts it, nothing for the ranges that go on. Counting
+/// starts (viewers arriving) rather than bytes sent keeps the estimate blind to how
+/// fast each file is delivered: a client that downloads as fast as it can fetches a
+/// cached file's bytes many times faster than an uncached one's, and bytes would
+/// keep whichever files happened to be kept first.
+pub fn demand_bytes(offset: u64, file_len: u64) -> u64 {
+    if offset == 0 {
+        file_len
+    } else {
+        0
+    }
+}
+
 /// The fraction a demand keeps after `dt` with half-life `half_life`.
 pub fn decay_factor(dt: Duration, half_life: Duration) -> f64 {
     (-(dt.as_secs_f64() / half_life.as_secs_f64()) * std::f64::consts::LN_2).exp()
@@ -663,6 +677,13 @@ mod tests {
         let kept = rank(files, 200 * mib);
         assert!(!kept.full && kept.admits((9, 9)));
         assert!(Kept::default().admits((1, 1)));
+    }
+
+    #[test]
+    fn a_start_counts_one_pass_and_the_rest_nothing() {
+        assert_eq!(demand_bytes(0, 64 << 20), 64 << 20);
+        assert_eq!(demand_bytes(2 << 20, 64 << 20), 0);
+        assert_eq!(demand_bytes(0, 0), 0);
     }
 
     #[test]
