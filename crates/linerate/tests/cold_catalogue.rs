@@ -423,14 +423,17 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
         fetch("/rare.bin");
         // The drop waits a quarter of a second for the socket to let go of the pages.
         std::thread::sleep(Duration::from_millis(800));
-        assert_eq!(resident_bytes(&popular), 4 << 20, "the kept file stays cached");
+        // (Memory pressure from elsewhere on the machine may evict a few pages of
+        // anything read once; what tells the policy apart is all against nothing.)
+        let mostly = 7 << 19;
+        assert!(resident_bytes(&popular) >= mostly, "the kept file stays cached");
         if admission {
             assert_eq!(resident_bytes(&rare), 0, "the rare file was dropped after sending");
             assert_eq!(metric_value(&server, "linerate_page_cache_kept_files"), 1.0);
             assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
             assert_eq!(metric_value(&server, "linerate_page_cache_budget_bytes"), (5 << 20) as f64);
         } else {
-            assert_eq!(resident_bytes(&rare), 4 << 20, "without the policy the rare file stays too");
+            assert!(resident_bytes(&rare) >= mostly, "without the policy the rare file stays too");
             assert_eq!(metric_sum(&server, "linerate_page_cache_dropped_bytes_total"), 0.0);
         }
     }

@@ -27,9 +27,10 @@
 //!   thread stuck in the kernel stays stuck alone: workers never wait for it.
 //!
 //! - **Admission**: with `fill.admission`, the page cache is kept for the files in
-//!   most demand ([`Admission`]): the workers' requested bytes per file, merged
-//!   once a second into one decayed estimate, rank the files by demand per byte
-//!   of file, and the best of them that fit in `fill.cache_bytes` are *kept*.
+//!   most demand ([`Admission`]): the workers' counts of viewers starting each
+//!   file ([`demand_bytes`]), merged once a second into one decayed estimate, rank
+//!   the files by demand per byte of file, and the best of them that fit in
+//!   `fill.cache_bytes` are *kept*.
 //!   Once a range of any other file has been sent it is dropped from the page
 //!   cache (`POSIX_FADV_DONTNEED`), unless a fill of it is under way, so one pass
 //!   over a long-tail title does not evict the titles everyone watches.
@@ -571,8 +572,8 @@ impl Admission {
         self.budget_bytes
     }
 
-    /// Counts `bytes` asked of file `id` (`size` bytes long) on this worker, and
-    /// answers whether the file is in the kept set.
+    /// Counts `bytes` of demand ([`demand_bytes`]) for file `id` (`size` bytes
+    /// long) on this worker, and answers whether the file is in the kept set.
     pub fn note(&self, tally: &Tally, id: FileId, size: u64, bytes: u64, now: Instant) -> bool {
         {
             let mut pending = tally.pending.borrow_mut();
