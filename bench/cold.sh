@@ -11,7 +11,9 @@
 # starts cold. Servers, alternating in each round: linerate (--workers N); nginx with
 # `sendfile on` (a worker blocks while the disk reads, the common configuration);
 # nginx with `aio threads; sendfile on;` (sendfile moved to a thread pool, nginx's
-# answer to a cold disk). Over HTTP and HTTPS, under two loads:
+# answer to a cold disk); linerate-noadmit, linerate with its page-cache admission
+# policy off (`fill.admission = false`: the kernel's LRU alone decides what stays
+# cached), to be picked with --servers. Over HTTP and HTTPS, under two loads:
 #
 #   paced   --sessions viewers at --bitrate-mbps, started at --ramp per second. The
 #           defaults fit the default disk even if nothing were ever cached: 150 x 5
@@ -37,13 +39,15 @@
 #          [--disk-mbps MB] [--rounds N] [--protocols "http https"] [--load "paced closed"]
 #          [--sessions N] [--bitrate-mbps R] [--ramp N] [--closed-sessions N]
 #          [--duration S] [--hot-titles N] [--workers N] [--out PATH] [--bin PATH]
-#          [--servers "linerate nginx nginx-aio"] [--warm]
+#          [--servers "linerate nginx nginx-aio"] [--warm] [--fill "KEY = VALUE; ..."]
 #   defaults: 200 titles x 64 MiB in /var/tmp/linerate-cold (created once, reused while
 #             the sizes match), memory cap = catalogue / 8 (1600 MiB), disk 200 MB/s
 #             (megabytes per second; 0 = unthrottled), 3 rounds, HTTP and HTTPS, both
 #             loads, 150 paced sessions at 5 Mb/s ramped 10/s, 32 closed-loop sessions,
 #             60 s per run, hot titles 10, 2 server workers, out target/bench-cold.
-#   --servers which servers to run, in this order each round.
+#   --servers which servers to run, in this order each round (also linerate-noadmit).
+#   --fill    `[fill]` keys for both linerate servers, `;`-separated TOML
+#             (e.g. "cache_bytes = 1258291200; admission_half_life = \"120s\"").
 #   --warm    the baseline: the catalogue is read into the page cache (by this script,
 #             so its pages are not charged to the server's memory cgroup) before each
 #             run instead of evicted: the same load with everything resident.
@@ -63,7 +67,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
-servers="linerate nginx nginx-aio" warm=0
+servers="linerate nginx nginx-aio" warm=0 fill_keys=
 titles=200 title_mib=64 mem_mib="" disk_mbps=200 rounds=3 protocols="http https" loads="paced closed"
 sessions=150 bitrate=5 ramp=10 closed_sessions=32 duration=60 hot=10 workers=2
 dir=/var/tmp/linerate-cold out=target/bench-cold bin="" quick=0
@@ -72,6 +76,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 titles=16 title_mib=16 mem_mib=64 disk_mbps=50 rounds=1 duration=5 protocols=http hot=4 \
             sessions=12 ramp=4 closed_sessions=8 ;;
         --servers) servers=$2; shift ;;
+        --fill) fill_keys=$2; shift ;;
         --warm) warm=1 ;;
         --titles) titles=$2; shift ;;
         --title-mib) title_mib=$2; shift ;;
@@ -90,7 +95,7 @@ while [ $# -gt 0 ]; do
         --workers) workers=$2; shift ;;
         --out) out=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -205,7 +210,10 @@ run_one() { # protocol load server
     fi
     cg_create "$name"
     case "$server" in
-        linerate) start_linerate "$proto" || exit 1 ;;
+        linerate | linerate-noadmit)
+            { echo "[fill]"; tr ';' '\n' <<< "$fill_keys"
+              [ "$server" = linerate ] || echo "admission = false"; } > "$work/linerate.toml"
+            start_linerate "$proto" --config "$work/linerate.toml" || exit 1 ;;
         nginx) start_nginx "$proto" || exit 1 ;;
         nginx-aio) start_nginx "$proto" "aio threads;" || exit 1 ;;
     esac

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cold::{content_on_disk, evict, warm, FaultyFs, Throttle};
+use common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Throttle};
 use common::tls::TestCa;
 use common::{pseudo_random, ConfigFile, Server};
 
@@ -390,4 +390,51 @@ fn a_viewer_reading_in_order_waits_for_the_disk_once() {
     let waits = metric_value(&server, "linerate_fill_wait_seconds_count");
     assert!(waits <= 2.0, "{waits} waits for the disk over six segments read in order");
     assert!(metric_value(&server, "linerate_fill_readahead_total") >= 5.0);
+}
+
+/// Page-cache admission: with room for one of two 4 MiB files, the one asked for
+/// three times is kept and stays cached; once the other (asked for once) has been
+/// sent, its pages are dropped. With the policy off both stay.
+#[test]
+fn a_file_outside_the_kept_set_leaves_the_page_cache() {
+    for admission in [true, false] {
+        let dir = content_on_disk();
+        let (popular, rare) = (dir.path().join("popular.bin"), dir.path().join("rare.bin"));
+        let data = pseudo_random(4 << 20, 6);
+        for path in [&popular, &rare] {
+            std::fs::write(path, &data).unwrap();
+            evict(path);
+        }
+        let config = ConfigFile::new(&format!(
+            "[fill]\nadmission = {admission}\ncache_bytes = {}\nreadahead_windows = 0\n",
+            5 << 20
+        ));
+        let server =
+            Server::start(&["--root", dir.path().to_str().unwrap(), "--workers", "1", "--config", config.arg()]);
+        let fetch = |name: &str| {
+            let out = common::curl(&["-sS", "--max-time", "30", &server.url(name)]);
+            assert!(out.status.success() && out.stdout == data, "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        for _ in 0..3 {
+            fetch("/popular.bin");
+        }
+        // The worker merges its counts and the kept set is ranked at most once a second.
+        std::thread::sleep(Duration::from_millis(1100));
+        fetch("/rare.bin");
+        // The drop waits a quarter of a second for the socket to let go of the pages.
+        std::thread::sleep(Duration::from_millis(800));
+        // (Memory pressure from elsewhere on the machine may evict a few pages of
+        // anything read once; what tells the policy apart is all against nothing.)
+        let mostly = 7 << 19;
+        assert!(resident_bytes(&popular) >= mostly, "the kept file stays cached");
+        if admission {
+            assert_eq!(resident_bytes(&rare), 0, "the rare file was dropped after sending");
+            assert_eq!(metric_value(&server, "linerate_page_cache_kept_files"), 1.0);
+            assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
+            assert_eq!(metric_value(&server, "linerate_page_cache_budget_bytes"), (5 << 20) as f64);
+        } else {
+            assert!(resident_bytes(&rare) >= mostly, "without the policy the rare file stays too");
+            assert_eq!(metric_sum(&server, "linerate_page_cache_dropped_bytes_total"), 0.0);
+        }
+    }
 }

@@ -470,6 +470,17 @@ pub struct Fill {
     /// Windows read ahead past the end of a range that needed a fill, so a viewer
     /// reading a title in order finds its next segment resident.
     pub readahead_windows: u64,
+    /// Popularity-aware page-cache admission (`server::fill::Admission`): only the
+    /// most-demanded files that fit in `cache_bytes` stay cached; a range of any
+    /// other file is dropped from the page cache once it is sent.
+    pub admission: bool,
+    /// The page cache the kept files may fill; 0 = auto: the memory limit of the
+    /// server's own memory cgroup (or the machine's memory when none is set) times
+    /// [`crate::server::fill::CACHE_HEADROOM`].
+    pub cache_bytes: u64,
+    /// Half-life of the demand estimate that ranks the files.
+    #[serde(with = "humantime_serde")]
+    pub admission_half_life: Duration,
 }
 
 impl Default for Fill {
@@ -481,6 +492,9 @@ impl Default for Fill {
             timeout: Duration::from_secs(10),
             queue_per_disk: 256,
             readahead_windows: 1,
+            admission: true,
+            cache_bytes: 0,
+            admission_half_life: Duration::from_secs(60),
         }
     }
 }
@@ -904,6 +918,12 @@ impl Config {
         }
         range("fill.queue_per_disk", f.queue_per_disk, 1, 1 << 20)?;
         range("fill.readahead_windows", f.readahead_windows, 0, 64)?;
+        if f.cache_bytes != 0 && f.cache_bytes < f.window_bytes {
+            return bad("fill.cache_bytes", "must be 0 (auto) or at least fill.window_bytes");
+        }
+        if f.admission_half_life < Duration::from_secs(1) || f.admission_half_life > Duration::from_secs(86400) {
+            return bad("fill.admission_half_life", "must be between 1s and 24h");
+        }
         range("access_log.sample", self.access_log.sample, 1, 1 << 32)?;
         if let Some(path) = self.access_log.file() {
             if path.as_os_str().is_empty() || path.is_dir() {
@@ -1044,6 +1064,11 @@ mod tests {
                 "limits.max_head_bytes",
             ),
             (Config { limits: Limits { max_ranges: 65, ..Limits::default() }, ..base.clone() }, "limits.max_ranges"),
+            (Config { fill: Fill { cache_bytes: 4096, ..Fill::default() }, ..base.clone() }, "fill.cache_bytes"),
+            (
+                Config { fill: Fill { admission_half_life: Duration::ZERO, ..Fill::default() }, ..base.clone() },
+                "fill.admission_half_life",
+            ),
             (
                 Config { timeouts: Timeouts { send: Duration::ZERO, ..Timeouts::default() }, ..base.clone() },
                 "timeouts.send",

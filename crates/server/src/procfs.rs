@@ -121,6 +121,82 @@ pub fn parse_meminfo(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// The memory this process may use: the limit of its own memory cgroup (v1
+/// `memory.limit_in_bytes` or v2 `memory.max`, the lowest on the way up to the
+/// hierarchy's root) when one is set, else `MemTotal`. None when neither can be read.
+pub fn memory_limit_bytes(root: &Path) -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(root.join(p.trim_start_matches('/'))).ok();
+    let cgroup_limit = (|| {
+        let (dir, file) = memory_cgroup_dir(&read("proc/self/cgroup")?, &read("proc/self/mountinfo")?)?;
+        lowest_limit(&dir, file, |p| read(p))
+    })();
+    let total = read("proc/meminfo").and_then(|t| parse_meminfo(&t, "MemTotal")).map(|kib| kib * 1024);
+    match (cgroup_limit, total) {
+        (Some(l), Some(t)) => Some(l.min(t)),
+        (l, t) => l.or(t),
+    }
+}
+
+/// The directory of this process's memory cgroup and the name of its limit file,
+/// from `/proc/self/cgroup` and `/proc/self/mountinfo`: the v1 `memory` hierarchy
+/// when it is mounted, else the v2 one.
+pub fn memory_cgroup_dir(cgroup: &str, mountinfo: &str) -> Option<(String, &'static str)> {
+    // (mount point, root of the hierarchy the mount shows) of each kind.
+    let (mut v1, mut v2) = (None, None);
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let f: Vec<&str> = left.split_whitespace().collect();
+        let r: Vec<&str> = right.split_whitespace().collect();
+        let (Some(&root), Some(&point), Some(&fstype)) = (f.get(3), f.get(4), r.first()) else { continue };
+        if fstype == "cgroup" && r.get(2).is_some_and(|o| o.split(',').any(|o| o == "memory")) {
+            v1 = Some((point, root));
+        } else if fstype == "cgroup2" && v2.is_none() {
+            v2 = Some((point, root));
+        }
+    }
+    let path_of = |want: &dyn Fn(&str) -> bool| {
+        cgroup.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            want(controllers).then_some(path)
+        })
+    };
+    let ((point, root), path, file) = match (v1, v2) {
+        (Some(m), _) => (m, path_of(&|c| c.split(',').any(|c| c == "memory"))?, "memory.limit_in_bytes"),
+        (None, Some(m)) => (m, path_of(&|c| c.is_empty())?, "memory.max"),
+        (None, None) => return None,
+    };
+    // The path is relative to the hierarchy's root; the mount shows `root` of it.
+    let rel = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
+    Some((format!("{}/{}", point.trim_end_matches('/'), rel.trim_start_matches('/')), file))
+}
+
+/// The lowest limit set in `dir` or any directory above it that has the `file`
+/// (a cgroup and its ancestors); None when none is set. v1 writes "no limit" as a
+/// page-rounded `i64::MAX`, v2 as `max`.
+pub fn lowest_limit(dir: &str, file: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let mut lowest: Option<u64> = None;
+    let mut at = dir.trim_end_matches('/');
+    loop {
+        match read(&format!("{at}/{file}")) {
+            Some(text) => {
+                if let Ok(v) = text.trim().parse::<u64>() {
+                    if v < 1 << 62 {
+                        lowest = Some(lowest.map_or(v, |l| l.min(v)));
+                    }
+                }
+            }
+            None if at != dir.trim_end_matches('/') => break, // above the hierarchy's mount
+            None => {}
+        }
+        match at.rfind('/') {
+            Some(i) if i > 0 => at = &at[..i],
+            _ => break,
+        }
+    }
+    lowest
+}
+
 /// Sum of the `allocstall*` counters of `/proc/vmstat`.
 pub fn parse_vmstat_stalls(text: &str) -> u64 {
     text.lines()
@@ -224,6 +300,38 @@ mod tests {
         assert_eq!(parse_pressure(psi), MemoryPressure { some_us: 4000, full_us: 1000 });
         assert_eq!(parse_pressure(""), MemoryPressure::default());
         assert_eq!(parse_vmstat("pgscan_direct 12\npgscan_direct_throttle 3\n", "pgscan_direct"), Some(12));
+    }
+
+    #[test]
+    fn finds_the_memory_cgroup_and_its_lowest_limit() {
+        let hybrid = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        let cg = "5:devices:/\n4:memory:/bench/run1\n0::/\n";
+        assert_eq!(
+            memory_cgroup_dir(cg, hybrid),
+            Some(("/sys/fs/cgroup/memory/bench/run1".to_string(), "memory.limit_in_bytes"))
+        );
+        let v2 = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            memory_cgroup_dir("0::/system.slice/linerate.service\n", v2),
+            Some(("/sys/fs/cgroup/system.slice/linerate.service".to_string(), "memory.max"))
+        );
+        // A mount that shows only a sub-tree of the hierarchy (a container's).
+        let sub = "30 23 0:26 /lxc/c1 /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(memory_cgroup_dir("0::/lxc/c1/app\n", sub).unwrap().0, "/sys/fs/cgroup/app");
+        assert_eq!(memory_cgroup_dir("0::/\n", "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"), None);
+
+        let files = |p: &str| -> Option<String> {
+            match p {
+                "/cg/a/b/memory.max" => Some("max\n".into()),
+                "/cg/a/memory.max" => Some("1677721600\n".into()),
+                "/cg/memory.max" => Some("9223372036854771712\n".into()),
+                _ => None,
+            }
+        };
+        assert_eq!(lowest_limit("/cg/a/b", "memory.max", files), Some(1_677_721_600), "the parent's limit binds");
+        assert_eq!(lowest_limit("/cg", "memory.max", files), None, "v1's no-limit value");
+        assert_eq!(lowest_limit("/cg/x", "memory.max", files), None);
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub fn evict(file: &Path) {
     assert_eq!(resident, 0, "could not evict {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
 }
 
+/// Bytes of `file` in the page cache (`fincore`).
+pub fn resident_bytes(file: &Path) -> u64 {
+    let out = std::process::Command::new("fincore").args(["-nb", "-o", "RES"]).arg(file).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| panic!("fincore: {out:?}"))
+}
+
 /// Reads `len` bytes of `file` at `offset` through the page cache (makes them resident).
 pub fn warm(file: &Path, offset: u64, len: u64) {
     use std::io::{Read, Seek};

@@ -21,6 +21,8 @@ pub struct Cold {
     pub fill_queue_depth: i64,
     /// Read-ahead fills queued since start.
     pub readahead_fills: u64,
+    /// The page-cache admission policy (`fill.admission`), when on.
+    pub admission: Option<Admission>,
     /// Connection waits for fills, and their quantiles since start (upper bucket
     /// bounds, in milliseconds).
     pub fill_waits: u64,
@@ -28,6 +30,17 @@ pub struct Cold {
     pub fill_wait_p99_ms: Option<f64>,
     pub devices: Vec<Device>,
     pub memory: Memory,
+}
+
+#[derive(Serialize, Debug, Default)]
+pub struct Admission {
+    /// `fill.cache_bytes`, or the auto budget it stands for.
+    pub cache_bytes: u64,
+    /// The kept set as last ranked: files and their bytes.
+    pub kept_files: u64,
+    pub kept_bytes: u64,
+    /// Bytes of ranges outside the kept set advised out of the page cache.
+    pub dropped_bytes: u64,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -112,6 +125,15 @@ pub fn snapshot(state: &AdminState) -> Cold {
             .fill
             .as_ref()
             .map_or(0, |p| p.read_ahead_fills.load(std::sync::atomic::Ordering::Relaxed)),
+        admission: state.fill.as_ref().and_then(|p| p.admission.as_ref()).map(|a| {
+            let get = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+            Admission {
+                cache_bytes: a.budget_bytes(),
+                kept_files: get(&a.kept_files),
+                kept_bytes: get(&a.kept_bytes),
+                dropped_bytes: get(&a.dropped_bytes),
+            }
+        }),
         fill_waits: waits.1,
         fill_wait_p50_ms: quantile(0.5),
         fill_wait_p99_ms: quantile(0.99),

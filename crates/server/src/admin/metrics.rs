@@ -108,6 +108,32 @@ impl Workers {
         )?;
         gauge(e, "linerate_fill_queue_depth", "Disk fills queued or running.", &[(vec![], c.fill_queue_depth)])?;
         counter(e, "linerate_fill_readahead", "Read-ahead fills queued.", &[(&[], c.readahead_fills)])?;
+        if let Some(a) = &c.admission {
+            counter(
+                e,
+                "linerate_page_cache_dropped_bytes",
+                "Bytes of ranges of files outside the kept set advised out of the page cache after sending (fill.admission).",
+                &[(&[], a.dropped_bytes)],
+            )?;
+            gauge(
+                e,
+                "linerate_page_cache_kept_files",
+                "Files in the admission policy's kept set: the most-demanded that fit in fill.cache_bytes.",
+                &[(vec![], a.kept_files as i64)],
+            )?;
+            gauge(
+                e,
+                "linerate_page_cache_kept_bytes",
+                "Bytes of the files in the kept set.",
+                &[(vec![], a.kept_bytes as i64)],
+            )?;
+            gauge(
+                e,
+                "linerate_page_cache_budget_bytes",
+                "The page cache the kept set may fill (fill.cache_bytes, or its auto value).",
+                &[(vec![], a.cache_bytes as i64)],
+            )?;
+        }
         type Pick = fn(&super::cold::Device) -> u64;
         let per_device: [(&str, &str, Pick); 6] = [
             ("linerate_fills", "Disk fills done, by device.", |d| d.fills),

@@ -38,7 +38,7 @@ use linerate_urlauth::{Rules, Verdict};
 
 use super::access_log::{Record, WorkerLog};
 use super::files::{FileCache, Lookup, LookupError, OpenFile};
-use super::fill::FillPool;
+use super::fill::{self, FillPool};
 use super::residency;
 use super::settings::Settings;
 use crate::counters::tcp_info::{Chooser, Sampler, TcpFigures};
@@ -61,6 +61,8 @@ pub struct Context {
     pub counters: Arc<WorkerCounters>,
     /// The fill pool, when `fill.enabled`: cold ranges are read there.
     pub fill: Option<Arc<FillPool>>,
+    /// This worker's demand counts for the fill pool's page-cache admission.
+    pub admission: fill::Tally,
     /// Picks the responses whose page-cache nodes are sampled.
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
@@ -95,6 +97,7 @@ impl Context {
             date: RefCell::new(DateCache::default()),
             counters,
             fill,
+            admission: fill::Tally::default(),
             page_chooser,
             debug_field,
             signed: RefCell::new(Arc::new(Rules::new())),
@@ -641,7 +644,7 @@ impl<T: Transport> Conn<'_, T> {
         Ok(None)
     }
 
-    async fn send_file(&mut self, file: &OpenFile, keep_alive: bool) -> Result<(), SendError> {
+    async fn send_file(&mut self, file: &Rc<OpenFile>, keep_alive: bool) -> Result<(), SendError> {
         let settings = self.settings;
         let content_type = settings.content_type(&self.path);
         let info = FileInfo {
@@ -719,14 +722,20 @@ impl<T: Transport> Conn<'_, T> {
     /// this connection parking on a fill for each window that is missing while
     /// the next one is read ahead (see `server::fill`). With `read_on` (a single
     /// range: a viewer reading in order), the windows after it are read ahead too;
-    /// the parts of a multipart answer are seeks, and are not.
-    async fn send_range(&mut self, file: &OpenFile, offset: u64, len: u64, read_on: bool) -> Result<(), SendError> {
+    /// the parts of a multipart answer are seeks, and are not. A range of a file
+    /// outside the admission policy's kept set is dropped from the page cache
+    /// shortly after it is sent.
+    async fn send_range(&mut self, file: &Rc<OpenFile>, offset: u64, len: u64, read_on: bool) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
             self.mark_first_byte();
             return self.io.send_file(&file.file, offset, len).await;
         };
         let (window, size, id) = (pool.window_bytes(), file.stat.size_bytes, (file.stat.dev, file.stat.ino));
+        let admitted = pool
+            .admission
+            .as_ref()
+            .is_none_or(|a| a.note(&self.worker.admission, id, size, fill::demand_bytes(offset, size), Instant::now()));
         let ready = |at: u64, n: u64| {
             let now = Instant::now();
             if file.resident.covers(at, n, window, now) {
@@ -760,6 +769,9 @@ impl<T: Transport> Conn<'_, T> {
             if file.resident.take_ahead(offset, len, window) && read_on {
                 read_ahead_past(offset + len);
             }
+            if !admitted {
+                drop_later(pool.clone(), file.clone(), offset, len);
+            }
             return Ok(());
         }
         let end = offset + len;
@@ -790,6 +802,9 @@ impl<T: Transport> Conn<'_, T> {
         // A cold title is likely read on: have its next windows ready.
         if read_on {
             read_ahead_past(end);
+        }
+        if !admitted {
+            drop_later(pool.clone(), file.clone(), offset, len);
         }
         Ok(())
     }
@@ -935,6 +950,17 @@ fn finish_head(mut h: HeadWriter<'_>, keep_alive: bool, version: Version) {
         h.field("Connection", b"keep-alive");
     }
     h.finish();
+}
+
+/// Drops `len` bytes of `file` at `offset` from the page cache [`fill::DROP_DELAY`]
+/// after they were sent (what a fill is bringing in stays), and forgets that this
+/// worker found them resident.
+fn drop_later(pool: Arc<FillPool>, file: Rc<OpenFile>, offset: u64, len: u64) {
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(fill::DROP_DELAY).await;
+        pool.drop_sent(&file.file, (file.stat.dev, file.stat.ino), offset, len, file.stat.size_bytes);
+        file.resident.forget(offset, len, pool.window_bytes());
+    });
 }
 
 #[cfg(test)]

@@ -26,17 +26,28 @@
 //!   counted per device and logged once per device, never per request. A fill
 //!   thread stuck in the kernel stays stuck alone: workers never wait for it.
 //!
+//! - **Admission**: with `fill.admission`, the page cache is kept for the files in
+//!   most demand ([`Admission`]): the workers' counts of viewers starting each
+//!   file ([`demand_bytes`]), merged once a second into one decayed estimate, rank
+//!   the files by demand per byte of file, and the best of them that fit in
+//!   `fill.cache_bytes` are *kept*.
+//!   Once a range of any other file has been sent it is dropped from the page
+//!   cache (`POSIX_FADV_DONTNEED`), unless a fill of it is under way, so one pass
+//!   over a long-tail title does not evict the titles everyone watches.
+//!
 //! A fill reads its window with `pread` into a per-thread scratch buffer (after a
 //! `POSIX_FADV_WILLNEED` that submits the whole window at once): the copy costs
 //! far less than the disk read, and unlike `readahead(2)` the call returns only
 //! once the pages are really there.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use linerate_sys::pagecache::{self, Advice};
 use tokio::sync::oneshot;
@@ -112,6 +123,8 @@ pub struct FillPool {
     /// Fills queued or running, all devices.
     pub depth: AtomicI64,
     pub read_ahead_fills: AtomicU64,
+    /// The page-cache admission policy, when `fill.admission`.
+    pub admission: Option<Admission>,
 }
 
 impl FillPool {
@@ -135,7 +148,15 @@ impl FillPool {
             disk_domains: disk_domains(topo, plan),
             depth: AtomicI64::new(0),
             read_ahead_fills: AtomicU64::new(0),
+            admission: config.admission.then(|| Admission::new(cache_budget(config), config.admission_half_life)),
         });
+        if let Some(a) = &pool.admission {
+            tracing::info!(
+                cache_bytes = a.budget_bytes,
+                half_life = ?config.admission_half_life,
+                "page-cache admission: the most-demanded files that fit stay cached"
+            );
+        }
         if placement == Placement::Disk && pool.disk_domains.is_empty() {
             tracing::warn!("numa.placement = \"disk\": no disk with a known NUMA node (see `linerate topo`); pages fill on the serving worker's domain");
         }
@@ -207,6 +228,32 @@ impl FillPool {
         let w = self.config.window_bytes;
         let inflight = lock(&self.inflight);
         (offset / w..=(offset + len - 1) / w).any(|window| inflight.contains_key(&WindowKey { dev, ino, window }))
+    }
+
+    /// Drops what can be dropped of `len` bytes at `offset` of a file outside the
+    /// kept set, after they were sent: whole pages, window by window, leaving any
+    /// window a fill is bringing in (someone waits for it, or it is read ahead).
+    /// Returns the bytes advised out.
+    pub fn drop_sent(&self, file: &File, id: (u64, u64), offset: u64, len: u64, file_len: u64) -> u64 {
+        let w = self.config.window_bytes;
+        let end = (offset + len).min(file_len);
+        let mut dropped = 0;
+        let mut at = offset;
+        while at < end {
+            let upto = ((at / w + 1) * w).min(end);
+            if !self.is_filling(id, at, upto - at) {
+                if let Some((from, n)) = whole_pages(at, upto - at, file_len) {
+                    if pagecache::fadvise(file.as_fd(), from, n, Advice::DontNeed).is_ok() {
+                        dropped += n;
+                    }
+                }
+            }
+            at = upto;
+        }
+        if let Some(a) = &self.admission {
+            a.dropped_bytes.fetch_add(dropped, Ordering::Relaxed);
+        }
+        dropped
     }
 
     /// Queues a read-ahead of the window holding `offset`, unless it is resident,
@@ -375,6 +422,201 @@ fn read_window(job: &Job, scratch: &mut [u8]) -> Result<(), FillError> {
     Ok(())
 }
 
+/// The whole pages within `len` bytes at `offset` (the last, partial page of the
+/// file counts as whole): `(offset, len)` for `POSIX_FADV_DONTNEED`, None when
+/// there is none (a length of 0 would mean "to the end of the file").
+pub fn whole_pages(offset: u64, len: u64, file_len: u64) -> Option<(u64, u64)> {
+    let page = pagecache::PAGE_BYTES;
+    let start = offset.div_ceil(page) * page;
+    let end = offset + len;
+    let end = if end >= file_len { file_len.div_ceil(page) * page } else { end / page * page };
+    (end > start).then(|| (start, end - start))
+}
+
+/// Share of the memory limit the kept files may fill. The rest is for what the
+/// same memory cgroup is also charged: the server's own memory, the windows of
+/// files outside the kept set between their fill and their drop (one being sent
+/// and one read ahead per viewer, for [`DROP_DELAY`] more), and the kernel's
+/// reclaim, which starts before the limit is reached. A budget above what stays
+/// cached would have the kept files evict each other, as the LRU does without a
+/// policy; one below it leaves memory idle, a smaller loss.
+pub const CACHE_HEADROOM: f64 = 0.9;
+
+/// How often each worker adds its counts to the shared estimate, and how often
+/// the kept set is ranked anew.
+pub const MERGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long after a range outside the kept set is sent its pages are dropped: the
+/// socket (plain `sendfile`, kernel TLS) refers to the pages it has not yet handed
+/// to the client, and the kernel does not drop a page in use.
+pub const DROP_DELAY: Duration = Duration::from_millis(250);
+
+/// A file's demand is forgotten once it decays below this many passes over it.
+const FORGET_BELOW_PASSES: f64 = 1e-3;
+
+/// `fill.cache_bytes`, or when 0 (auto) the server's memory limit (its memory
+/// cgroup's, else the machine's) times [`CACHE_HEADROOM`].
+pub fn cache_budget(config: &FillConfig) -> u64 {
+    if config.cache_bytes > 0 {
+        return config.cache_bytes;
+    }
+    let limit = crate::procfs::memory_limit_bytes(std::path::Path::new("/")).unwrap_or(1 << 30);
+    (limit as f64 * CACHE_HEADROOM) as u64
+}
+
+/// `(dev, ino)`.
+pub type FileId = (u64, u64);
+
+/// The files whose pages stay cached, as last ranked.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Kept {
+    files: HashSet<FileId>,
+    /// Whether some file was left out: until then every file is admitted.
+    full: bool,
+    bytes: u64,
+}
+
+impl Kept {
+    /// Whether the pages of file `id` may stay in the page cache.
+    pub fn admits(&self, id: FileId) -> bool {
+        !self.full || self.files.contains(&id)
+    }
+}
+
+/// The demand a range asked of a file counts for: one pass over the file (its
+/// size) for a range that starts it, nothing for the ranges that go on. Counting
+/// starts (viewers arriving) rather than bytes sent keeps the estimate blind to how
+/// fast each file is delivered: a client that downloads as fast as it can fetches a
+/// cached file's bytes many times faster than an uncached one's, and bytes would
+/// keep whichever files happened to be kept first.
+pub fn demand_bytes(offset: u64, file_len: u64) -> u64 {
+    if offset == 0 {
+        file_len
+    } else {
+        0
+    }
+}
+
+/// The fraction a demand keeps after `dt` with half-life `half_life`.
+pub fn decay_factor(dt: Duration, half_life: Duration) -> f64 {
+    (-(dt.as_secs_f64() / half_life.as_secs_f64()) * std::f64::consts::LN_2).exp()
+}
+
+/// Ranks files `(id, demanded bytes, size)` by demand per byte of file (how many
+/// times over each is read: the hits a byte of cache buys), best first, ties by
+/// id, and keeps each that still fits in `budget` bytes.
+pub fn rank(mut files: Vec<(FileId, f64, u64)>, budget: u64) -> Kept {
+    let density = |&(_, bytes, size): &(FileId, f64, u64)| bytes / size.max(1) as f64;
+    files.sort_by(|a, b| density(b).total_cmp(&density(a)).then(a.0.cmp(&b.0)));
+    let mut kept = Kept::default();
+    for (id, _, size) in files {
+        if kept.bytes + size <= budget {
+            kept.bytes += size;
+            kept.files.insert(id);
+        } else {
+            kept.full = true;
+        }
+    }
+    kept
+}
+
+struct Demand {
+    /// Requested bytes, decayed to [`Table::at`].
+    bytes: f64,
+    size: u64,
+}
+
+struct Table {
+    at: Instant,
+    files: HashMap<FileId, Demand>,
+    ranked_at: Option<Instant>,
+}
+
+/// Popularity-aware page-cache admission, shared by all workers: one decayed
+/// demand estimate per file, and the kept set it ranks (see the module doc).
+pub struct Admission {
+    budget_bytes: u64,
+    half_life: Duration,
+    table: Mutex<Table>,
+    kept: Mutex<Arc<Kept>>,
+    /// Bytes of ranges outside the kept set advised out of the page cache.
+    pub dropped_bytes: AtomicU64,
+    /// The kept set's files and their bytes, as last ranked.
+    pub kept_files: AtomicU64,
+    pub kept_bytes: AtomicU64,
+}
+
+/// One worker's requested bytes since its last merge (with each file's size), and
+/// its copy of the kept set: the hot path touches no lock but once a second.
+#[derive(Default)]
+pub struct Tally {
+    pending: RefCell<HashMap<FileId, (u64, u64)>>,
+    merged_at: Cell<Option<Instant>>,
+    kept: RefCell<Arc<Kept>>,
+}
+
+impl Admission {
+    pub fn new(budget_bytes: u64, half_life: Duration) -> Admission {
+        Admission {
+            budget_bytes,
+            half_life,
+            table: Mutex::new(Table { at: Instant::now(), files: HashMap::new(), ranked_at: None }),
+            kept: Mutex::default(),
+            dropped_bytes: AtomicU64::new(0),
+            kept_files: AtomicU64::new(0),
+            kept_bytes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    /// Counts `bytes` of demand ([`demand_bytes`]) for file `id` (`size` bytes
+    /// long) on this worker, and answers whether the file is in the kept set.
+    pub fn note(&self, tally: &Tally, id: FileId, size: u64, bytes: u64, now: Instant) -> bool {
+        {
+            let mut pending = tally.pending.borrow_mut();
+            let e = pending.entry(id).or_insert((0, size));
+            *e = (e.0 + bytes, size);
+        }
+        if tally.merged_at.get().is_none_or(|t| now.saturating_duration_since(t) >= MERGE_INTERVAL) {
+            self.merge(&mut tally.pending.borrow_mut(), now);
+            tally.merged_at.set(Some(now));
+            *tally.kept.borrow_mut() = lock(&self.kept).clone();
+        }
+        tally.kept.borrow().admits(id)
+    }
+
+    /// Adds a worker's counts to the shared estimate, and ranks the kept set anew
+    /// when it was last ranked [`MERGE_INTERVAL`] ago.
+    fn merge(&self, pending: &mut HashMap<FileId, (u64, u64)>, now: Instant) {
+        let mut t = lock(&self.table);
+        if now > t.at {
+            let f = decay_factor(now - t.at, self.half_life);
+            t.files.retain(|_, d| {
+                d.bytes *= f;
+                d.bytes >= d.size as f64 * FORGET_BELOW_PASSES
+            });
+            t.at = now;
+        }
+        for (id, (bytes, size)) in pending.drain() {
+            let d = t.files.entry(id).or_insert(Demand { bytes: 0.0, size });
+            d.bytes += bytes as f64;
+            d.size = size;
+        }
+        if t.ranked_at.is_some_and(|r| now.saturating_duration_since(r) < MERGE_INTERVAL) {
+            return;
+        }
+        t.ranked_at = Some(now);
+        let kept = rank(t.files.iter().map(|(id, d)| (*id, d.bytes, d.size)).collect(), self.budget_bytes);
+        drop(t);
+        self.kept_files.store(kept.files.len() as u64, Ordering::Relaxed);
+        self.kept_bytes.store(kept.bytes, Ordering::Relaxed);
+        *lock(&self.kept) = Arc::new(kept);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -417,6 +659,79 @@ fn parse_dev(s: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_by_demand_per_byte_within_the_budget() {
+        let mib = 1 << 20;
+        // b is asked for as many bytes as a but is twice its size: half as dense.
+        let files =
+            vec![((0, 2), 64.0 * mib as f64, 64 * mib), ((0, 1), 64.0 * mib as f64, 32 * mib), ((0, 3), 1.0, 16 * mib)];
+        let kept = rank(files.clone(), 100 * mib);
+        assert!(kept.full, "112 MiB do not fit in 100");
+        assert!(kept.admits((0, 1)) && kept.admits((0, 2)) && !kept.admits((0, 3)));
+        assert_eq!(kept.bytes, 96 * mib);
+        // A smaller budget skips b and still takes c, which fits.
+        let kept = rank(files.clone(), 50 * mib);
+        assert!(kept.admits((0, 1)) && !kept.admits((0, 2)) && kept.admits((0, 3)));
+        assert_eq!(kept.bytes, 48 * mib);
+        // Until the demand outgrows the budget, every file is admitted, even unseen ones.
+        let kept = rank(files, 200 * mib);
+        assert!(!kept.full && kept.admits((9, 9)));
+        assert!(Kept::default().admits((1, 1)));
+    }
+
+    #[test]
+    fn a_start_counts_one_pass_and_the_rest_nothing() {
+        assert_eq!(demand_bytes(0, 64 << 20), 64 << 20);
+        assert_eq!(demand_bytes(2 << 20, 64 << 20), 0);
+        assert_eq!(demand_bytes(0, 0), 0);
+    }
+
+    #[test]
+    fn demand_halves_every_half_life() {
+        let h = Duration::from_secs(60);
+        assert!((decay_factor(Duration::ZERO, h) - 1.0).abs() < 1e-12);
+        assert!((decay_factor(h, h) - 0.5).abs() < 1e-12);
+        assert!((decay_factor(h * 3, h) - 0.125).abs() < 1e-12);
+    }
+
+    #[test]
+    fn workers_counts_merge_into_one_ranking() {
+        let mib = 1 << 20;
+        let a = Admission::new(2 * mib, Duration::from_secs(60));
+        let (w1, w2) = (Tally::default(), Tally::default());
+        let t0 = Instant::now();
+        // Worker 1 sees file 1 a lot; its first call merges and ranks at once.
+        assert!(a.note(&w1, (0, 1), mib, 4 * mib, t0), "nothing is full yet");
+        // Worker 2 asks for files 2 and 3 once each, and for file 1 too.
+        assert!(a.note(&w2, (0, 2), mib, mib, t0));
+        assert!(a.note(&w2, (0, 3), mib, mib / 2, t0), "its copy of the kept set is not yet full");
+        // A second later both merge: files 1 (5 passes) and 2 (1 pass) fit, not 3.
+        a.note(&w2, (0, 1), mib, mib, t0 + MERGE_INTERVAL);
+        let t1 = t0 + MERGE_INTERVAL * 2;
+        assert!(a.note(&w1, (0, 1), mib, 0, t1));
+        assert!(!a.note(&w1, (0, 3), mib, 0, t1));
+        assert!(a.note(&w1, (0, 2), mib, 0, t1));
+        assert_eq!(a.kept_files.load(Ordering::Relaxed), 2);
+        assert_eq!(a.kept_bytes.load(Ordering::Relaxed), 2 * mib);
+        // File 3 becomes popular; five half-lives on, file 2 has fallen out.
+        let t2 = t1 + Duration::from_secs(300);
+        a.note(&w2, (0, 3), mib, 3 * mib, t2);
+        let t3 = t2 + MERGE_INTERVAL;
+        assert!(a.note(&w2, (0, 3), mib, 0, t3));
+        assert!(!a.note(&w2, (0, 2), mib, 0, t3));
+        assert!(a.note(&w2, (0, 1), mib, 0, t3), "5 passes decayed 5 half-lives still beat file 2");
+    }
+
+    #[test]
+    fn drops_whole_pages_only() {
+        let p = pagecache::PAGE_BYTES;
+        assert_eq!(whole_pages(0, 10 * p, 100 * p), Some((0, 10 * p)));
+        assert_eq!(whole_pages(1, 10 * p, 100 * p), Some((p, 9 * p)), "partial pages at both ends stay");
+        assert_eq!(whole_pages(10, 100, 100 * p), None);
+        assert_eq!(whole_pages(p, 2 * p + 7, 3 * p + 7), Some((p, 3 * p)), "the file's last page counts as whole");
+        assert_eq!(whole_pages(0, 0, p), None);
+    }
 
     #[test]
     fn parses_dev_numbers() {

@@ -111,6 +111,15 @@ impl Memo {
         any
     }
 
+    /// Forgets that the windows overlapping the range were found resident (their
+    /// pages were dropped).
+    pub fn forget(&self, offset: u64, len: u64, window_bytes: u64) {
+        let mut checked = self.checked.borrow_mut();
+        for w in windows(offset, len, window_bytes) {
+            checked.remove(&w);
+        }
+    }
+
     /// Records that `len` bytes at `offset` were found resident at `now`.
     pub fn mark(&self, offset: u64, len: u64, window_bytes: u64, now: Instant) {
         let mut checked = self.checked.borrow_mut();
@@ -166,6 +175,8 @@ mod tests {
         assert!(!m.covers(1500, 10, w, t + TRUST_RESIDENT), "trust expires");
         m.mark(2000, 1, w, t + TRUST_RESIDENT);
         assert!(m.covers(2999, 1, w, t + TRUST_RESIDENT));
+        m.forget(2500, 10, w);
+        assert!(!m.covers(2999, 1, w, t + TRUST_RESIDENT), "dropped windows are checked again");
     }
 
     #[test]
