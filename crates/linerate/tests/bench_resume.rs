@@ -34,7 +34,10 @@ fn a_second_connection_resumes_and_no_resume_does_not() {
     // Only the very first connection has no ticket to offer.
     assert_eq!(full, 1.0, "{j:#}");
     assert!(resumed >= 5.0, "{j:#}");
-    assert_eq!(num(&j, "connections"), full + resumed, "{j:#}");
+    // Every connection made a handshake, but the one the run's end may cut before
+    // its handshake finished (one session: at most one).
+    let unfinished = num(&j, "connections") - (full + resumed);
+    assert!((0.0..=1.0).contains(&unfinished), "{j:#}");
     assert!(num(&j, "requests") >= resumed, "every connection carried a request: {j:#}");
     assert!(num(&j, "handshakes_per_s") > 0.0, "{j:#}");
 
