@@ -654,6 +654,14 @@ pub enum AccessLogFormat {
     Combined,
 }
 
+impl AccessLogFormat {
+    /// Whether records print the response's duration and time to first byte (each
+    /// costs a clock read per response).
+    pub fn has_timings(self) -> bool {
+        self == AccessLogFormat::Json
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccessLog {

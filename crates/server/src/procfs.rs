@@ -94,17 +94,58 @@ pub fn parse_proc_table(text: &str, prefix: &str, column: &str) -> Option<u64> {
     values.split_whitespace().nth(i)?.parse().ok()
 }
 
+/// The time columns of one `cpu` or `cpuN` line of /proc/stat, in clock ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuTicks {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// The columns after the line's name (`guest` is inside `user`; missing
+    /// columns, on old kernels, read as 0).
+    fn parse<'a>(columns: impl Iterator<Item = &'a str>) -> CpuTicks {
+        let mut v = [0u64; 8];
+        for (slot, n) in v.iter_mut().zip(columns) {
+            *slot = n.parse().unwrap_or(0);
+        }
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = v;
+        CpuTicks { user, nice, system, idle, iowait, irq, softirq, steal }
+    }
+
+    pub fn busy(&self) -> u64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+
+    pub fn total(&self) -> u64 {
+        self.busy() + self.idle + self.iowait
+    }
+}
+
+/// The `cpuN` lines of /proc/stat: each CPU's number and ticks.
+pub fn parse_per_cpu(text: &str) -> impl Iterator<Item = (usize, CpuTicks)> + '_ {
+    text.lines().filter_map(|line| {
+        let mut parts = line.split_whitespace();
+        let cpu = parts.next()?.strip_prefix("cpu")?.parse().ok()?;
+        Some((cpu, CpuTicks::parse(parts)))
+    })
+}
+
 /// `/proc/stat`: the aggregate `cpu` line, `ctxt` and `intr`.
 pub fn parse_stat(text: &str, k: &mut Kernel) {
     for line in text.lines() {
         let mut parts = line.split_whitespace();
         match parts.next() {
             Some("cpu") => {
-                let v: Vec<u64> = parts.map(|n| n.parse().unwrap_or(0)).collect();
-                // user nice system idle iowait irq softirq steal (guest is inside user)
-                let get = |i: usize| v.get(i).copied().unwrap_or(0);
-                k.cpu_busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
-                k.cpu_total = k.cpu_busy + get(3) + get(4);
+                let t = CpuTicks::parse(parts);
+                k.cpu_busy = t.busy();
+                k.cpu_total = t.total();
             }
             Some("ctxt") => k.context_switches = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),
             Some("intr") => k.interrupts = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),

@@ -412,18 +412,7 @@ fn interrupt_ticks(cpus: &[usize]) -> Option<u64> {
 }
 
 fn parse_interrupt_ticks(text: &str, cpus: &[usize]) -> u64 {
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.split_whitespace();
-            let cpu: usize = parts.next()?.strip_prefix("cpu")?.parse().ok()?;
-            if !cpus.contains(&cpu) {
-                return None;
-            }
-            // user nice system idle iowait irq softirq ...
-            let v: Vec<u64> = parts.take(7).map(|n| n.parse().unwrap_or(0)).collect();
-            Some(v.get(5).copied().unwrap_or(0) + v.get(6).copied().unwrap_or(0))
-        })
-        .sum()
+    crate::procfs::parse_per_cpu(text).filter(|(cpu, _)| cpus.contains(cpu)).map(|(_, t)| t.irq + t.softirq).sum()
 }
 
 #[cfg(test)]

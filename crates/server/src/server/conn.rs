@@ -162,12 +162,14 @@ pub struct TlsInfo {
 }
 
 /// The response in progress, for its access-log record. Tracked only when the
-/// worker has an access log.
+/// worker has an access log and this response is in the sample.
 #[derive(Default)]
 struct Exchange {
     /// When the request head was complete (the record's wall-clock time is worked
     /// out from it: one clock read, not two).
     started: Option<Instant>,
+    /// The format prints duration and time to first byte: read the clock for them.
+    timed: bool,
     status: Option<Status>,
     head_bytes: u64,
     /// Body bytes sent from memory: multipart part heads, error pages.
@@ -373,33 +375,36 @@ impl<T: Transport> Conn<'_, T> {
     /// Starts tracking a response for the access log.
     fn begin_exchange(&mut self) {
         self.io.begin_response();
-        if self.worker.log.is_some() {
-            self.ex = Exchange {
+        let Some(log) = self.worker.log.as_ref() else { return };
+        let config = &self.settings.config.access_log;
+        self.ex = if log.wants_next(config.sample) {
+            Exchange {
                 started: Some(Instant::now()),
+                timed: config.format.has_timings(),
                 file_bytes_before: self.io.body_bytes_sent(),
                 ..Exchange::default()
-            };
-        }
+            }
+        } else {
+            Exchange::default()
+        };
     }
 
     /// Bytes of the response are about to be handed to the kernel.
     fn mark_first_byte(&mut self) {
-        if self.ex.started.is_some() && self.ex.first_byte.is_none() {
+        if self.ex.timed && self.ex.first_byte.is_none() {
             self.ex.first_byte = Some(Instant::now());
         }
     }
 
     /// Writes the access-log record of the response just sent (or cut short), if
-    /// there was one and it is sampled.
+    /// there was one and it is in the sample.
     fn log_exchange(&mut self) {
         let Some(log) = self.worker.log.as_ref() else { return };
         let ex = std::mem::take(&mut self.ex);
         let (Some(started), Some(status)) = (ex.started, ex.status) else { return };
         let config = &self.settings.config.access_log;
-        if !log.wants_next(config.sample) {
-            return;
-        }
-        let now = Instant::now();
+        // A format without timings is dated from the start alone: no clock read here.
+        let now = if ex.timed { Instant::now() } else { started };
         let body_bytes = self.io.body_bytes_sent() - ex.file_bytes_before + ex.memory_body_bytes;
         let method = self.req.method_name();
         let tls = self.tls.as_ref();
