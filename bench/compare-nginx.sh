@@ -23,6 +23,11 @@
 # request both ways: what logging costs. --log-format combined makes linerate write
 # nginx's format too, so both write the same kind of line.
 #
+# Both servers keep open files and trust them for 60 s without checking their paths
+# again: nginx's `open_file_cache max=1000` (whose `open_file_cache_valid` is 60 s by
+# default) and linerate's `[open_file_cache] valid = "60s"` (its default, 0, checks
+# every request with an `fstatat`).
+#
 # --range-bytes N asks for the first N bytes of each file instead of 2 MiB (e.g. 1024,
 # to see per-request costs such as logging).
 #
@@ -109,7 +114,9 @@ pids+=($!)
 nginx_master=$!
 
 mapfile -t limits < <(loopback_limits)
-"$bin" serve "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+# The same open-file cache validity as nginx's (see the header).
+printf '[open_file_cache]\nvalid = "60s"\n' > "$work/linerate.toml"
+"$bin" serve --config "$work/linerate.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
     --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
 pids+=($!)
 linerate_pid=$!
@@ -118,7 +125,8 @@ linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | hea
 linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
 [ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
 if [ "$access_log" -eq 1 ]; then
-    printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/linerate-access.log" "$log_format" > "$work/linerate-log.toml"
+    { cat "$work/linerate.toml"; printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/linerate-access.log" "$log_format"; } \
+        > "$work/linerate-log.toml"
     "$bin" serve --config "$work/linerate-log.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 \
         --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" --key "$work/key.pem" --workers "$workers" \
         --admin 127.0.0.1:0 --log-level info > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
