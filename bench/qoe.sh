@@ -14,7 +14,7 @@
 # Usage: bench/qoe.sh [--quick] [--load overload|fixed] [--sessions N] [--duration S]
 #          [--bitrate-mbps R] [--http-load N@R] [--https-load N@R] [--ramp N]
 #          [--titles N] [--title-mib M] [--workers N] [--protocols "http https"]
-#          [--rounds N] [--dir DIR] [--out DIR] [--bin PATH]
+#          [--rounds N] [--dir DIR] [--out DIR] [--bin PATH] [--linerate-config FILE]
 #   --load overload (the default): 10000 sessions at 5 Mb/s (50 Gb/s offered, more
 #             than this 2-core machine moves) for 60 s, started at 1000 per second.
 #             Every run is an overload: it shows how each server degrades.
@@ -29,6 +29,8 @@
 #   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
 #   --rounds  N runs per (protocol, server), alternating the servers (default 1);
 #             with more than one, a second table gives each column's median.
+#   --linerate-config FILE  a config file for linerate (`serve --config FILE`), e.g. to
+#             try `[numa] pin = "domain"`.
 #   --out     where each run's bench JSON, server samples (`t_s cpu_s rss_mib` each
 #             second) and the SVG timelines (one per protocol and round, both servers
 #             on each panel, drawn by `linerate chart`) are written (default
@@ -50,7 +52,7 @@ cd "$(dirname "$0")/.."
 
 sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https" rounds=1
 dir="${TMPDIR:-/tmp}/linerate-qoe" out="${TMPDIR:-/tmp}/linerate-qoe-results" bin="" quick=0 label=overload
-http_load="" https_load=""
+http_load="" https_load="" linerate_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 label=quick ;;
@@ -75,7 +77,8 @@ while [ $# -gt 0 ]; do
         --rounds) rounds=$2; shift ;;
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+        --linerate-config) linerate_args=(--config "$(realpath "$2")"); shift ;;
+        -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -132,7 +135,7 @@ run_one() { # protocol server round
     # idle for about a minute) would otherwise make the first run after a pause read
     # part of it from disk, which is a cold-catalogue test, not this one.
     make_content "$dir" "$titles" "$title_mib" title
-    if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" || exit 1; fi
+    if [ "$server" = nginx ]; then start_nginx "$proto" || exit 1; else start_linerate "$proto" "${linerate_args[@]}" || exit 1; fi
     local ramp_args=()
     [ "$load_ramp" != 0 ] && ramp_args=(--ramp "$load_ramp")
     local name="$out/qoe-$label-$proto-r$round-$server"

@@ -176,7 +176,10 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         let started_tx = events_tx.clone();
         let launch = Launch {
             index,
-            cpu: Some(slot.cpu as usize),
+            cpus: match settings.config.numa.pin {
+                crate::config::Pin::Cpu => vec![slot.cpu as usize],
+                crate::config::Pin::Domain => plan.domains[slot.domain].cpus.iter().map(|&c| c as usize).collect(),
+            },
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
             access_log: access_log.clone(),
