@@ -405,18 +405,6 @@ pub enum Steering {
     Hash,
 }
 
-/// Which CPUs a worker thread may run on.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Pin {
-    /// Its own CPU only.
-    #[default]
-    Cpu,
-    /// Any CPU of its domain: the scheduler may move it to an idle CPU there when
-    /// another process holds its own.
-    Domain,
-}
-
 /// Where page-cache pages of served files are allocated.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -432,7 +420,6 @@ pub enum Placement {
 #[serde(deny_unknown_fields, default)]
 pub struct Numa {
     pub steering: Steering,
-    pub pin: Pin,
     pub placement: Placement,
     /// Prefer each worker's own node for its memory (`set_mempolicy(MPOL_PREFERRED)`).
     pub bind_memory: bool,
@@ -450,7 +437,6 @@ impl Default for Numa {
     fn default() -> Self {
         Numa {
             steering: Steering::Domain,
-            pin: Pin::Cpu,
             placement: Placement::Network,
             bind_memory: false,
             page_sample: 0.01,
@@ -929,9 +915,6 @@ impl Config {
             return bad("numa.page_sample", format!("{} is not a fraction between 0 and 1", self.numa.page_sample));
         }
         range("numa.split_domains", self.numa.split_domains, 1, 64)?;
-        if self.numa.pin == Pin::Domain && self.numa.steering == Steering::Cpu {
-            return bad("numa.pin", "\"domain\" cannot be used with `numa.steering = \"cpu\"`, which needs each worker on its own CPU");
-        }
         let f = &self.fill;
         range("fill.threads", f.threads, 1, 256)?;
         range("fill.window_bytes", f.window_bytes, 64 * 1024, 64 * 1024 * 1024)?;
@@ -1193,22 +1176,6 @@ mod tests {
         let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn workers_pin_to_their_domain_unless_steered_by_cpu() {
-        let dir = std::env::temp_dir();
-        let base = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[numa]\n");
-        assert_eq!(Config::from_toml(&base).unwrap().numa.pin, Pin::Cpu);
-        let c = Config::from_toml(&format!("{base}pin = \"domain\"\n")).unwrap();
-        assert!(c.validate().is_ok());
-        assert_eq!(c.numa.pin, Pin::Domain);
-        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
-        let c = Config::from_toml(&format!("{base}pin = \"domain\"\nsteering = \"cpu\"\n")).unwrap();
-        let (key, problem) = c.validate().unwrap_err();
-        assert_eq!(key, "numa.pin");
-        assert!(problem.contains("steering"), "{problem}");
-        assert!(Config::from_toml(&format!("{base}pin = \"node\"\n")).is_err());
     }
 
     #[test]

@@ -176,10 +176,7 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         let started_tx = events_tx.clone();
         let launch = Launch {
             index,
-            cpus: match settings.config.numa.pin {
-                crate::config::Pin::Cpu => vec![slot.cpu as usize],
-                crate::config::Pin::Domain => plan.domains[slot.domain].cpus.iter().map(|&c| c as usize).collect(),
-            },
+            cpu: Some(slot.cpu as usize),
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
             access_log: access_log.clone(),

@@ -77,8 +77,7 @@ impl std::ops::Deref for Worker {
 /// Everything a worker thread starts with.
 pub struct Launch {
     pub index: usize,
-    /// The CPUs the worker may run on (`numa.pin`): its own, or its domain's.
-    pub cpus: Vec<usize>,
+    pub cpu: Option<usize>,
     pub listeners: Vec<std::net::TcpListener>,
     pub tls_listeners: Vec<std::net::TcpListener>,
     pub settings: Arc<Settings>,
@@ -98,9 +97,9 @@ pub struct Launch {
 /// Runs a worker until it is told to shut down and has drained. Returns an error
 /// only if it could not start.
 pub fn run(launch: Launch) -> anyhow::Result<()> {
-    if !launch.cpus.is_empty() {
-        if let Err(e) = linerate_sys::pin_current_thread_to(&launch.cpus) {
-            tracing::warn!(worker = launch.index, cpus = ?launch.cpus, "cannot pin worker to its CPUs: {e}; it will float");
+    if let Some(cpu) = launch.cpu {
+        if let Err(e) = linerate_sys::pin_current_thread(cpu) {
+            tracing::warn!(worker = launch.index, cpu, "cannot pin worker to its CPU: {e}; it will float");
         }
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
@@ -111,7 +110,7 @@ pub fn run(launch: Launch) -> anyhow::Result<()> {
 async fn serve(launch: Launch) -> anyhow::Result<()> {
     let Launch {
         index,
-        cpus: _,
+        cpu,
         listeners,
         tls_listeners,
         settings,
@@ -124,8 +123,6 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         started,
     } = launch;
     counters.tid.store(linerate_sys::tcp::current_tid(), std::sync::atomic::Ordering::Relaxed);
-    // The worker's own CPU (with `numa.pin = "domain"` it may also run on others).
-    let cpu = counters.cpu;
     let multi_domain = cpu_domains.iter().flatten().any(|&d| d != counters.domain);
     let record_buffers = Rc::new(RecordBuffers::default());
     place_memory(&settings, &counters, &record_buffers);
