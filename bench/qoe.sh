@@ -29,8 +29,8 @@
 #   --quick   40 sessions for 5 s over 4 titles of 16 MiB: a smoke run.
 #   --rounds  N runs per (protocol, server), alternating the servers (default 1);
 #             with more than one, a second table gives each column's median.
-#   --linerate-config FILE  a config file for linerate (`serve --config FILE`), e.g. to
-#             try `[numa] pin = "domain"`.
+#   --linerate-config FILE  a config file for linerate (`serve --config FILE`), to
+#             compare a setting against nginx.
 #   --out     where each run's bench JSON, server samples (`t_s cpu_s rss_mib` each
 #             second) and the SVG timelines (one per protocol and round, both servers
 #             on each panel, drawn by `linerate chart`) are written (default

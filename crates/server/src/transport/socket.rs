@@ -105,6 +105,35 @@ pub async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result
     result
 }
 
+/// Reads what has arrived into `buf`'s spare capacity (room must have been made).
+/// `Err(WouldBlock)` when nothing was there; `Ok(0)` at end of stream.
+///
+/// A read shorter than the room it had emptied the socket's receive queue, so the
+/// socket's readiness is cleared then and there, as nginx does after a short read:
+/// the next wait goes to the event loop at once instead of first calling `recv` only
+/// to get `EAGAIN` (one syscall per keep-alive request). This is sound for a TCP
+/// socket under tokio's edge-triggered epoll: bytes that arrive after the read raise
+/// a new readiness event; an end of stream already seen stays visible (tokio never
+/// clears the closed states); and tokio clears only the readiness it observed before
+/// the closure ran, not an event that arrived meanwhile.
+pub fn read_available(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let room = buf.capacity() - buf.len();
+    let mut short = 0;
+    let got = stream.try_io(Interest::READABLE, || {
+        let n = stream.try_read_buf(buf)?;
+        if n > 0 && n < room {
+            short = n;
+            // Reported as "would block" only so that tokio clears the readiness.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    });
+    match got {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && short > 0 => Ok(short),
+        r => r,
+    }
+}
+
 /// Sends all of `bytes`; with `more`, the kernel holds them for the bytes that
 /// follow. `sent` is the connection's body-byte count, for the rate check.
 pub async fn send_all(

@@ -443,7 +443,7 @@ impl Transport for UserTls {
             let want = self.inbound.read_size(RX_FIRST_READ_BYTES);
             let rx = self.inbound.rx();
             rx.reserve(want);
-            match self.stream.try_read_buf(rx) {
+            match socket::read_available(&self.stream, rx) {
                 Ok(0) => return Ok(0),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
