@@ -16,7 +16,8 @@
 //!   wait on the same read.
 //! - **Bounded**: at most `fill.queue_per_disk` fills are queued per device; past
 //!   that a demand fill fails at once (its connection closes and is counted) and
-//!   read-ahead is skipped. Demand fills are taken before read-ahead.
+//!   read-ahead is skipped. Demand fills are taken before read-ahead, and a
+//!   read-ahead that a viewer comes to wait for is moved among them.
 //! - **Read-ahead**: while a range waits for one window, the next window of the
 //!   same range is queued; after a range that needed a fill, `fill.readahead_windows`
 //!   windows past its end are queued, so a viewer reading in order finds its next
@@ -88,6 +89,23 @@ struct Job {
 struct Queue {
     demand: VecDeque<Job>,
     ahead: VecDeque<Job>,
+}
+
+impl Queue {
+    /// Moves the read-ahead of `key`, if it is still waiting, to the back of the
+    /// demand queue: a viewer now waits for it. Left among the read-aheads, it would
+    /// be taken only once no demand fill is queued, which on a saturated disk can be
+    /// never (until the viewer's `fill.timeout`). Returns whether it was moved.
+    fn promote(&mut self, key: WindowKey) -> bool {
+        match self.ahead.iter().position(|job| job.key == key) {
+            Some(i) => {
+                let job = self.ahead.remove(i).expect("position is in range");
+                self.demand.push_back(job);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 struct DomainQueue {
@@ -294,6 +312,14 @@ impl FillPool {
         {
             let mut inflight = lock(&self.inflight);
             if let Some(waiters) = inflight.get_mut(&key) {
+                // The first viewer to wait for a read-ahead makes it a demand fill.
+                if waiters.is_empty() && waiter.is_some() {
+                    for q in &self.queues {
+                        if lock(&q.jobs).promote(key) {
+                            break;
+                        }
+                    }
+                }
                 waiters.extend(waiter);
                 return Ok(false);
             }
@@ -678,6 +704,23 @@ mod tests {
         let kept = rank(files, 200 * mib);
         assert!(!kept.full && kept.admits((9, 9)));
         assert!(Kept::default().admits((1, 1)));
+    }
+
+    #[test]
+    fn a_read_ahead_someone_waits_for_moves_to_the_demand_queue() {
+        let file = || File::open("/proc/self/stat").unwrap();
+        let key = |window| WindowKey { dev: 1, ino: 2, window };
+        let job = |window| Job { key: key(window), file: file(), offset: 0, len: 1 };
+        let mut q = Queue::default();
+        q.demand.push_back(job(0));
+        q.ahead.extend([job(1), job(2), job(3)]);
+        assert!(q.promote(key(2)));
+        let windows = |d: &VecDeque<Job>| d.iter().map(|j| j.key.window).collect::<Vec<_>>();
+        assert_eq!(windows(&q.demand), [0, 2]);
+        assert_eq!(windows(&q.ahead), [1, 3]);
+        // Already taken by a fill thread, or never queued here: nothing to move.
+        assert!(!q.promote(key(2)));
+        assert!(!q.promote(key(9)));
     }
 
     #[test]
