@@ -78,13 +78,14 @@ fn histogram(
         bounds = h.bounds();
         h.accumulate(&mut acc);
     }
-    // Cumulative buckets, as the format wants.
-    let mut running = 0;
-    let mut buckets: Vec<(f64, u64)> = Vec::with_capacity(bounds.len() + 1);
-    for (i, &bound) in bounds.iter().chain(std::iter::once(&f64::INFINITY)).enumerate() {
-        running += acc.2.get(i).copied().unwrap_or(0);
-        buckets.push((bound, running));
-    }
+    // Each bucket's own count: prometheus-client adds them up into the cumulative
+    // `_bucket` lines the format wants (adding them here too counted each twice).
+    let buckets: Vec<(f64, u64)> = bounds
+        .iter()
+        .chain(std::iter::once(&f64::INFINITY))
+        .enumerate()
+        .map(|(i, &bound)| (bound, acc.2.get(i).copied().unwrap_or(0)))
+        .collect();
     let mut m = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
     m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(acc.0, acc.1, &buckets, None)
 }
@@ -392,5 +393,44 @@ impl Collector for Workers {
             m.encode_family(labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(v, None)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Waits(Vec<Arc<WorkerCounters>>);
+
+    impl Collector for Waits {
+        fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            histogram(&mut e, "waits_seconds", "Waits.", &self.0, |w| &w.cold.fill_wait_seconds)
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_once_and_end_at_the_count() {
+        let workers =
+            vec![Arc::new(WorkerCounters::new(0, None, None, 0)), Arc::new(WorkerCounters::new(1, None, None, 0))];
+        for v in [0.0005, 0.0005, 0.003, 20.0] {
+            workers[0].cold.fill_wait_seconds.observe(v);
+        }
+        workers[1].cold.fill_wait_seconds.observe(0.003);
+        let mut r = Registry::default();
+        r.register_collector(Box::new(Waits(workers)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        let bucket = |le: &str| -> u64 {
+            let prefix = format!("waits_seconds_bucket{{le=\"{le}\"}} ");
+            let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix} in {text}"));
+            line[prefix.len()..].parse().unwrap()
+        };
+        assert_eq!(bucket("0.001"), 2);
+        assert_eq!(bucket("0.0025"), 2);
+        assert_eq!(bucket("0.005"), 4);
+        assert_eq!(bucket("10.0"), 4);
+        assert_eq!(bucket("+Inf"), 5);
+        assert!(text.contains("waits_seconds_count 5"), "{text}");
     }
 }
