@@ -117,6 +117,54 @@ pub fn warm(file: &Path, offset: u64, len: u64) {
     f.read_exact(&mut buf).unwrap();
 }
 
+/// Keeps a file's pages in the page cache until dropped: a helper process maps the
+/// file and `mlock`s it. Without it the machine may evict a "hot" file in the middle
+/// of a test (memory reclaim, or a proactive pageout such as DAMON's, which on the
+/// development machine takes page-cache pages it sees no access to), and a test of
+/// hot requests would measure the disk instead. The helper is killed on drop.
+pub struct Pinned(std::process::Child);
+
+impl Pinned {
+    pub fn new(file: &Path) -> Pinned {
+        use std::io::BufRead;
+        const LOCK: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+n = os.fstat(fd).st_size
+addr = libc.mmap(None, n, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED: the page-cache pages themselves
+if addr in (None, ctypes.c_void_p(-1).value) or libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(n)) != 0:
+    sys.exit("cannot lock %s: errno %d" % (sys.argv[1], ctypes.get_errno()))
+print("locked", flush=True)
+sys.stdin.read()
+"#;
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", LOCK])
+            .arg(file)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        if line.trim() != "locked" {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("could not lock {} in the page cache: {status:?}", file.display());
+        }
+        Pinned(child)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A content directory on the disk the repository is on (not a tmpfs /tmp),
 /// so that its files can be evicted and read back from a real disk.
 pub fn content_on_disk() -> tempfile::TempDir {
