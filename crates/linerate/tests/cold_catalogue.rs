@@ -145,7 +145,7 @@ fn check_no_stall(run: &StallRun, what: &str) {
     // test below sees at least 500 ms). 100 ms are left for a page that the machine
     // reclaims between the worker's residency check and its send, which the worker
     // then reads back itself: one slice of the disk throttle, about 35 ms, seen
-    // under the development machine's DAMON pageout. No check can close that race.
+    // under a DAMON pageout scheme. No check can close that race.
     let bound = run.idle_max + Duration::from_millis(100);
     assert!(
         run.busy_max <= bound,

@@ -119,9 +119,9 @@ pub fn warm(file: &Path, offset: u64, len: u64) {
 
 /// Keeps a file's pages in the page cache until dropped: a helper process maps the
 /// file and `mlock`s it. Without it the machine may evict a "hot" file in the middle
-/// of a test (memory reclaim, or a proactive pageout such as DAMON's, which on the
-/// development machine takes page-cache pages it sees no access to), and a test of
-/// hot requests would measure the disk instead. The helper is killed on drop.
+/// of a test (memory reclaim, or a proactive pageout such as a DAMON scheme, which
+/// can take page-cache pages it sees no access to), and a test of hot requests would
+/// measure the disk instead. The helper is killed on drop.
 pub struct Pinned(std::process::Child);
 
 impl Pinned {
