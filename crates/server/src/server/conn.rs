@@ -791,17 +791,7 @@ impl<T: Transport> Conn<'_, T> {
                 }
                 file.resident.take_ahead(at, upto - at, window);
                 let started = Instant::now();
-                let mut filled = pool.fill(counters.domain, &file.file, id, at, size).await;
-                // The first pages of a window can be reclaimed while its last are
-                // still being read (memory pressure, a proactive pageout), and
-                // sending them would make this worker read them back from the disk
-                // itself: check, and have them filled again.
-                for _ in 0..REFILLS {
-                    if filled.is_err() || residency::is_resident(&file.file, at, upto - at) {
-                        break;
-                    }
-                    filled = pool.fill(counters.domain, &file.file, id, at, size).await;
-                }
+                let filled = pool.fill(counters.domain, &file.file, id, at, size).await;
                 counters.cold.fill_wait_seconds.observe(started.elapsed().as_secs_f64());
                 if let Err(e) = filled {
                     tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "{e}");
@@ -966,10 +956,6 @@ fn finish_head(mut h: HeadWriter<'_>, keep_alive: bool, version: Version) {
     }
     h.finish();
 }
-
-/// How many times a window that a fill brought in, but that was no longer all
-/// resident when its waiter looked, is filled again before it is sent anyway.
-const REFILLS: usize = 2;
 
 /// Drops `len` bytes of `file` at `offset` from the page cache [`fill::DROP_DELAY`]
 /// after they were sent (what a fill is bringing in stays), and forgets that this

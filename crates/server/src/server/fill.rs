@@ -427,6 +427,12 @@ impl FillPool {
     }
 }
 
+/// How many times a fill reads its window again when, once read, it is not all in
+/// the page cache: its first pages can be reclaimed while its last are still being
+/// read (memory pressure, a proactive pageout), and the worker sending it would
+/// then read them back from the disk itself.
+const REREADS: usize = 2;
+
 /// Brings one window into the page cache and returns once it is there.
 fn read_window(job: &Job, scratch: &mut [u8]) -> Result<(), FillError> {
     if job.len == 0 {
@@ -434,18 +440,30 @@ fn read_window(job: &Job, scratch: &mut [u8]) -> Result<(), FillError> {
     }
     // Submit the whole window at once; the reads below then mostly wait for it.
     let _ = pagecache::fadvise(job.file.as_fd(), job.offset, job.len, Advice::WillNeed);
+    for _ in 0..=REREADS {
+        // Shorter than planned: the sender sees the truncation.
+        if !read_through(job, scratch)? || super::residency::is_resident(&job.file, job.offset, job.len) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Reads the window with `pread` into `scratch` (pages already cached are only
+/// copied). False when the file ended before the window did.
+fn read_through(job: &Job, scratch: &mut [u8]) -> Result<bool, FillError> {
     let end = job.offset + job.len;
     let mut at = job.offset;
     while at < end {
         let n = ((end - at) as usize).min(scratch.len());
         match job.file.read_at(&mut scratch[..n], at) {
-            Ok(0) => return Ok(()), // shorter than planned: the sender sees the truncation
+            Ok(0) => return Ok(false),
             Ok(k) => at += k as u64,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(FillError::Io(e.to_string())),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The whole pages within `len` bytes at `offset` (the last, partial page of the
