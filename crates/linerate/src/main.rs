@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one pinned worker per CPU).
+    /// Serve files over HTTP/1.1 and HTTPS (sendfile, kernel TLS, one worker per CPU).
     Serve(ServeArgs),
     /// The NUMA silo plan: domains, CPUs, workers, NICs and disks, IRQ placement.
     Topo(topo::TopoArgs),

@@ -33,6 +33,7 @@ pub fn run(args: TopoArgs) -> anyhow::Result<()> {
         let v = serde_json::json!({
             "domains": plan.domains,
             "steering": plan.steering,
+            "pin": plan.pin,
             "workers": plan.workers,
             "nodes": topo.nodes,
             "nics": topo.nics,

@@ -14,13 +14,7 @@ use common::*;
 fn allowed_cpus() -> Vec<usize> {
     let out = tool("sh").args(["-c", "taskset -cp $$"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let list = text.rsplit(':').next().unwrap().trim();
-    list.split(',')
-        .flat_map(|p| match p.split_once('-') {
-            Some((a, b)) => (a.parse::<usize>().unwrap()..=b.parse().unwrap()).collect::<Vec<_>>(),
-            None => vec![p.parse().unwrap()],
-        })
-        .collect()
+    parse_cpu_list(text.rsplit(':').next().unwrap().trim())
 }
 
 /// The `X-Linerate-Worker` field of a response fetched by curl pinned to `cpu`.
@@ -58,6 +52,53 @@ fn a_connection_is_served_on_the_cpu_that_received_it() {
     assert_eq!(st["totals"]["cross_domain_connections"], 0);
     for w in st["workers"].as_array().unwrap() {
         assert_eq!(w["buffer_node"], w["node"], "worker buffers on the worker's node: {w}");
+    }
+}
+
+/// The CPUs each worker thread may run on, from `/proc` (`Cpus_allowed_list`), by
+/// worker index.
+fn worker_cpus(s: &Server) -> std::collections::BTreeMap<usize, Vec<usize>> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", s.pid())).unwrap() {
+        let task = task.unwrap().path();
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let Some(index) = comm.trim().strip_prefix("linerate-w").and_then(|i| i.parse().ok()) else { continue };
+        let status = std::fs::read_to_string(task.join("status")).unwrap();
+        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim();
+        out.insert(index, parse_cpu_list(list));
+    }
+    out
+}
+
+fn parse_cpu_list(list: &str) -> Vec<usize> {
+    list.split(',')
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().unwrap()..=b.parse().unwrap()).collect::<Vec<_>>(),
+            None => vec![p.parse().unwrap()],
+        })
+        .collect()
+}
+
+#[test]
+fn workers_run_on_their_domain_unless_steered_by_cpu() {
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= 2, "needs two CPUs");
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    // One domain: every worker may run on any CPU the process has.
+    let s = Server::start(&["--root", &c.root_arg(), "--workers", "2"]);
+    assert_eq!(worker_cpus(&s), (0..2).map(|w| (w, cpus.clone())).collect());
+    // Two fake domains of one CPU each: a worker keeps to its domain's CPU.
+    let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\nsplit_domains = 2\n", c.path()));
+    let s = Server::start(&["--config", cfg.arg(), "--workers", "2"]);
+    let placed = worker_cpus(&s);
+    assert_eq!(placed.len(), 2, "{placed:?}");
+    assert!(placed.values().all(|c| c.len() == 1) && placed[&0] != placed[&1], "{placed:?}");
+    // Steering by CPU, or `pin = "cpu"`: each worker on its own CPU only.
+    for numa in ["steering = \"cpu\"", "pin = \"cpu\""] {
+        let cfg = ConfigFile::new(&format!("root = {:?}\n[numa]\n{numa}\n", c.path()));
+        let s = Server::start(&["--config", cfg.arg(), "--workers", "2"]);
+        assert_eq!(worker_cpus(&s), (0..2).map(|w| (w, vec![cpus[w]])).collect(), "{numa}");
     }
 }
 
@@ -116,6 +157,7 @@ fn topo_prints_the_silo_plan_of_a_board() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["steering"], "domain-cbpf");
+    assert_eq!(v["pin"], "domain");
     let domains = v["domains"].as_array().unwrap();
     assert_eq!(domains.len(), 4);
     for (i, d) in domains.iter().enumerate() {

@@ -405,6 +405,22 @@ pub enum Steering {
     Hash,
 }
 
+/// Which CPUs a worker thread may run on.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Pin {
+    /// `Cpu` under `steering = "cpu"` (whose promise is the worker on the very CPU
+    /// that received the SYN), `Domain` otherwise.
+    #[default]
+    Auto,
+    /// Its own CPU only.
+    Cpu,
+    /// Any CPU of its domain: when something else holds the worker's CPU, the
+    /// scheduler runs it on an idle CPU of the same domain instead of making its
+    /// viewers wait.
+    Domain,
+}
+
 /// Where page-cache pages of served files are allocated.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -420,6 +436,7 @@ pub enum Placement {
 #[serde(deny_unknown_fields, default)]
 pub struct Numa {
     pub steering: Steering,
+    pub pin: Pin,
     pub placement: Placement,
     /// Prefer each worker's own node for its memory (`set_mempolicy(MPOL_PREFERRED)`).
     pub bind_memory: bool,
@@ -433,10 +450,22 @@ pub struct Numa {
     pub disk_nodes: BTreeMap<String, u32>,
 }
 
+impl Numa {
+    /// Whether each worker runs on its own CPU only (`pin`, with `auto` resolved).
+    pub fn pins_to_cpu(&self) -> bool {
+        match self.pin {
+            Pin::Cpu => true,
+            Pin::Domain => false,
+            Pin::Auto => self.steering == Steering::Cpu,
+        }
+    }
+}
+
 impl Default for Numa {
     fn default() -> Self {
         Numa {
             steering: Steering::Domain,
+            pin: Pin::Auto,
             placement: Placement::Network,
             bind_memory: false,
             page_sample: 0.01,
@@ -915,6 +944,13 @@ impl Config {
             return bad("numa.page_sample", format!("{} is not a fraction between 0 and 1", self.numa.page_sample));
         }
         range("numa.split_domains", self.numa.split_domains, 1, 64)?;
+        if self.numa.pin == Pin::Domain && self.numa.steering == Steering::Cpu {
+            return bad(
+                "numa.pin",
+                "\"domain\" cannot be combined with `numa.steering = \"cpu\"`, which hands each connection to the \
+                 worker on the CPU that received it and so needs every worker on its own CPU (\"cpu\" or \"auto\")",
+            );
+        }
         let f = &self.fill;
         range("fill.threads", f.threads, 1, 256)?;
         range("fill.window_bytes", f.window_bytes, 64 * 1024, 64 * 1024 * 1024)?;
@@ -1176,6 +1212,26 @@ mod tests {
         let e = Config::load(Some(&file), &Overrides::default()).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()) && e.contains("`workers`"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn workers_keep_to_their_domain_unless_steered_by_cpu() {
+        let dir = std::env::temp_dir();
+        let base = format!("root = {dir:?}\nlisten = [\"127.0.0.1:0\"]\n[numa]\n");
+        let parsed = |extra: &str| Config::from_toml(&format!("{base}{extra}")).unwrap();
+        let c = parsed("");
+        assert_eq!(c.numa.pin, Pin::Auto);
+        assert!(!c.numa.pins_to_cpu(), "domain steering: any CPU of the domain");
+        assert!(parsed("steering = \"cpu\"\n").numa.pins_to_cpu(), "CPU steering: the worker's own CPU");
+        assert!(parsed("pin = \"cpu\"\n").numa.pins_to_cpu());
+        let c = parsed("pin = \"domain\"\nsteering = \"hash\"\n");
+        assert!(c.validate().is_ok());
+        assert!(!c.numa.pins_to_cpu());
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+        let (key, problem) = parsed("pin = \"domain\"\nsteering = \"cpu\"\n").validate().unwrap_err();
+        assert_eq!(key, "numa.pin");
+        assert!(problem.contains("steering"), "{problem}");
+        assert!(Config::from_toml(&format!("{base}pin = \"node\"\n")).is_err());
     }
 
     #[test]

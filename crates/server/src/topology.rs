@@ -8,8 +8,9 @@
 //! (`nic_nodes`, `disk_nodes`), as boards that report NICs on only some nodes need.
 //!
 //! [`Plan::new`] turns it into silos: one domain per node (or `split_domains` fake
-//! domains per node, for testing), workers pinned to the domain's CPUs with each
-//! domain's workers numbered contiguously, the domain's NICs and disks. The server
+//! domains per node, for testing), workers placed on the domain's CPUs with each
+//! domain's workers numbered contiguously (each may run on any CPU of its domain, or
+//! on its own CPU only: `numa.pin`), the domain's NICs and disks. The server
 //! creates workers and listeners in plan order, so a worker's index is also its
 //! listener's position in each `SO_REUSEPORT` group, which the steering program
 //! (`server::steering`) relies on.
@@ -188,6 +189,9 @@ pub struct Plan {
     /// `domain-cbpf`, `cpu-cbpf` or `reuseport-hash` (when nothing is left to
     /// steer: one worker, or `domain` steering with one domain that has workers).
     pub steering: &'static str,
+    /// Where a worker may run (`numa.pin` resolved): `cpu`, its slot's CPU only, or
+    /// `domain`, any CPU of its slot's domain.
+    pub pin: &'static str,
     pub warnings: Vec<String>,
 }
 
@@ -245,7 +249,17 @@ impl Plan {
                 d.index, d.node
             ));
         }
-        Plan { domains, workers: slots, steering, warnings }
+        let pin = if numa.pins_to_cpu() { "cpu" } else { "domain" };
+        Plan { domains, workers: slots, steering, pin, warnings }
+    }
+
+    /// The CPUs worker `index` may run on.
+    pub fn worker_cpus(&self, index: usize) -> Vec<usize> {
+        let slot = self.workers[index];
+        match (self.pin, self.domains.get(slot.domain)) {
+            ("domain", Some(d)) => d.cpus.iter().map(|&c| c as usize).collect(),
+            _ => vec![slot.cpu as usize],
+        }
     }
 
     /// The domain each CPU belongs to (index = CPU).
@@ -264,6 +278,10 @@ impl Plan {
     pub fn render_text(&self, topo: &Topology) -> String {
         let mut out = String::new();
         out.push_str(&format!("steering: {}\n", self.steering));
+        out.push_str(match self.pin {
+            "cpu" => "workers: each on its own CPU (pin cpu)\n",
+            _ => "workers: each on any CPU of its domain (pin domain)\n",
+        });
         for d in &self.domains {
             let distances = topo.nodes.iter().find(|n| n.id == d.node).map(|n| &n.distances);
             out.push_str(&format!(
@@ -414,8 +432,14 @@ mod tests {
         assert_eq!(plan.domains[2].workers, vec![8, 9, 10, 11]);
         assert_eq!(plan.workers[9], Slot { cpu: 9, domain: 2, node: 2 });
         assert_eq!(plan.steering, "domain-cbpf");
+        assert_eq!(plan.pin, "domain");
+        assert_eq!(plan.worker_cpus(9), vec![8, 9, 10, 11], "any CPU of its domain");
         let cpu = Numa { steering: Steering::Cpu, ..Numa::default() };
-        assert_eq!(Plan::new(&t, 0, &cpu).steering, "cpu-cbpf");
+        let plan = Plan::new(&t, 0, &cpu);
+        assert_eq!(plan.steering, "cpu-cbpf");
+        assert_eq!((plan.pin, plan.worker_cpus(9)), ("cpu", vec![9]), "steered by CPU: its own CPU");
+        let pinned = Plan::new(&t, 0, &Numa { pin: crate::config::Pin::Cpu, ..Numa::default() });
+        assert_eq!((pinned.steering, pinned.worker_cpus(9)), ("domain-cbpf", vec![9]));
     }
 
     #[test]

@@ -176,7 +176,8 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
         let started_tx = events_tx.clone();
         let launch = Launch {
             index,
-            cpu: Some(slot.cpu as usize),
+            cpu: slot.cpu as usize,
+            cpus: plan.worker_cpus(index),
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
             access_log: access_log.clone(),

@@ -7,7 +7,7 @@
 //!
 //! - `domain` (the default): one of the workers of the CPU's domain, chosen by the
 //!   packet's flow hash (or at random when the packet has none);
-//! - `cpu`: the worker pinned to that CPU; with several there, one of them by flow
+//! - `cpu`: the worker of that CPU (held to it); with several there, one of them by flow
 //!   hash; with none, one of the domain's as above;
 //! - either way, a CPU in no domain (or in a domain without workers) gets an
 //!   out-of-range index, on which the kernel falls back to its hash over all workers.

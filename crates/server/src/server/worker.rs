@@ -1,4 +1,5 @@
-//! One worker: a thread pinned to a CPU, running its own single-threaded event loop.
+//! One worker: a thread kept to its NUMA domain's CPUs (or to its own CPU, see
+//! `numa.pin`), running its own single-threaded event loop.
 //!
 //! A worker owns its listening sockets (one per address, each a member of that
 //! address's `SO_REUSEPORT` group), accepts connections from them, and serves every
@@ -77,7 +78,10 @@ impl std::ops::Deref for Worker {
 /// Everything a worker thread starts with.
 pub struct Launch {
     pub index: usize,
-    pub cpu: Option<usize>,
+    /// The worker's own CPU: where its slot in the silo plan is.
+    pub cpu: usize,
+    /// The CPUs it may run on (`numa.pin`): its own, or all of its domain's.
+    pub cpus: Vec<usize>,
     pub listeners: Vec<std::net::TcpListener>,
     pub tls_listeners: Vec<std::net::TcpListener>,
     pub settings: Arc<Settings>,
@@ -97,10 +101,8 @@ pub struct Launch {
 /// Runs a worker until it is told to shut down and has drained. Returns an error
 /// only if it could not start.
 pub fn run(launch: Launch) -> anyhow::Result<()> {
-    if let Some(cpu) = launch.cpu {
-        if let Err(e) = linerate_sys::pin_current_thread(cpu) {
-            tracing::warn!(worker = launch.index, cpu, "cannot pin worker to its CPU: {e}; it will float");
-        }
+    if let Err(e) = linerate_sys::pin_current_thread_to(&launch.cpus) {
+        tracing::warn!(worker = launch.index, cpus = ?launch.cpus, "cannot keep the worker to its CPUs: {e}; it will float");
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let local = tokio::task::LocalSet::new();
@@ -111,6 +113,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let Launch {
         index,
         cpu,
+        cpus: _,
         listeners,
         tls_listeners,
         settings,
@@ -127,8 +130,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let record_buffers = Rc::new(RecordBuffers::default());
     place_memory(&settings, &counters, &record_buffers);
     let debug_field = format!(
-        "X-Linerate-Worker: {index} cpu={} node={}\r\n",
-        cpu.map_or("-".into(), |c| c.to_string()),
+        "X-Linerate-Worker: {index} cpu={cpu} node={}\r\n",
         counters.node.map_or("-".into(), |n| n.to_string())
     )
     .into_bytes();
@@ -440,8 +442,9 @@ fn count_cross_domain(worker: &Worker, stream: &TcpStream) -> bool {
 
 /// Memory placement at worker start: with `numa.bind_memory`, the worker's
 /// allocations prefer its node; either way its first record buffer is allocated
-/// and written here, by the pinned worker (first touch puts it on the worker's
-/// node), and the node the kernel actually gave it is recorded for /status.
+/// and written here, by the worker, which runs only on its domain's CPUs (first
+/// touch puts it on the worker's node), and the node the kernel actually gave it
+/// is recorded for /status.
 fn place_memory(settings: &Settings, counters: &WorkerCounters, buffers: &RecordBuffers) {
     if let (true, Some(node)) = (settings.config.numa.bind_memory, counters.node) {
         if let Err(e) = linerate_sys::numa::prefer_node(node as u32) {
