@@ -30,7 +30,11 @@
 #   --rounds  N runs per (protocol, server), alternating the servers (default 1);
 #             with more than one, a second table gives each column's median.
 #   --linerate-config FILE  a config file for linerate (`serve --config FILE`), to
-#             compare a setting against nginx.
+#             compare a setting against nginx. Without it linerate gets one holding
+#             `[open_file_cache] valid = "60s"`: both servers then keep open files and
+#             trust them for 60 s without checking their paths again, as nginx's
+#             `open_file_cache max=1000` does (its `open_file_cache_valid` is 60 s by
+#             default; linerate's default, 0, checks every request with an `fstatat`).
 #   --out     where each run's bench JSON, server samples (`t_s cpu_s rss_mib` each
 #             second) and the SVG timelines (one per protocol and round, both servers
 #             on each panel, drawn by `linerate chart`) are written (default
@@ -78,7 +82,7 @@ while [ $# -gt 0 ]; do
         --dir) dir=$2; shift ;;
         --bin) bin=$2; shift ;;
         --linerate-config) linerate_args=(--config "$(realpath "$2")"); shift ;;
-        -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -105,6 +109,11 @@ require_tools nginx openssl python3
 build_linerate
 
 start_work
+# The same open-file cache validity as nginx's (see --linerate-config above).
+if [ ${#linerate_args[@]} -eq 0 ]; then
+    printf '[open_file_cache]\nvalid = "60s"\n' > "$work/linerate.toml"
+    linerate_args=(--config "$work/linerate.toml")
+fi
 
 # --- catalogue -------------------------------------------------------------------
 make_content "$dir" "$titles" "$title_mib" title
