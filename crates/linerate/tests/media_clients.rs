@@ -72,10 +72,16 @@ fn ffprobe_reads_mp4_over_http() {
 /// Headless Chromium, driven through chromedriver (WebDriver), opens the demo page
 /// and the `<video>` plays: its currentTime passes 1.5 s in real time, with no
 /// media error. Browsers fetch media with range requests, which the server's trace
-/// log shows as 206 answers for the video.
+/// log shows as 206 answers for the video. Stopped, the server removes the demo
+/// catalogue it wrote.
 #[test]
 fn chromium_plays_the_demo_video() {
-    let s = Server::start(&["--demo", "--log-level", "info,linerate::server::conn=trace"]);
+    // The server writes its demo catalogue under TMPDIR; this directory, dropped after
+    // the server, removes whatever a server killed by a failed assertion left there.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start_with(&["--demo", "--log-level", "info,linerate::server::conn=trace"], |cmd| {
+        cmd.env("TMPDIR", tmp.path());
+    });
     let browser = browser::Browser::start(&["--autoplay-policy=no-user-gesture-required"]);
     browser.open(&s.url("/"));
     let probe = "const v = document.querySelector('video'); \
@@ -93,6 +99,10 @@ fn chromium_plays_the_demo_video() {
         log.lines().any(|l| l.contains("status=206") && l.contains("demo.mp4")),
         "the browser fetched no byte range of the video:\n{log}"
     );
+    s.signal("TERM");
+    assert!(s.wait_exit(Duration::from_secs(10)).is_some(), "the server did not stop on SIGTERM");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "the demo catalogue outlived the server: {left:?}");
 }
 
 /// What the browser test relies on: a helper's guard takes the processes the helper
