@@ -451,12 +451,12 @@ pub struct Numa {
 }
 
 impl Numa {
-    /// Whether each worker runs on its own CPU only (`pin`, with `auto` resolved).
-    pub fn pins_to_cpu(&self) -> bool {
+    /// `pin` with `auto` resolved: `Cpu` or `Domain`.
+    pub fn resolved_pin(&self) -> Pin {
         match self.pin {
-            Pin::Cpu => true,
-            Pin::Domain => false,
-            Pin::Auto => self.steering == Steering::Cpu,
+            Pin::Auto if self.steering == Steering::Cpu => Pin::Cpu,
+            Pin::Auto => Pin::Domain,
+            pin => pin,
         }
     }
 }
@@ -1221,12 +1221,12 @@ mod tests {
         let parsed = |extra: &str| Config::from_toml(&format!("{base}{extra}")).unwrap();
         let c = parsed("");
         assert_eq!(c.numa.pin, Pin::Auto);
-        assert!(!c.numa.pins_to_cpu(), "domain steering: any CPU of the domain");
-        assert!(parsed("steering = \"cpu\"\n").numa.pins_to_cpu(), "CPU steering: the worker's own CPU");
-        assert!(parsed("pin = \"cpu\"\n").numa.pins_to_cpu());
+        assert_eq!(c.numa.resolved_pin(), Pin::Domain, "domain steering: any CPU of the domain");
+        assert_eq!(parsed("steering = \"cpu\"\n").numa.resolved_pin(), Pin::Cpu, "CPU steering: the worker's own CPU");
+        assert_eq!(parsed("pin = \"cpu\"\n").numa.resolved_pin(), Pin::Cpu);
         let c = parsed("pin = \"domain\"\nsteering = \"hash\"\n");
         assert!(c.validate().is_ok());
-        assert!(!c.numa.pins_to_cpu());
+        assert_eq!(c.numa.resolved_pin(), Pin::Domain);
         assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
         let (key, problem) = parsed("pin = \"domain\"\nsteering = \"cpu\"\n").validate().unwrap_err();
         assert_eq!(key, "numa.pin");

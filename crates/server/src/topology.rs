@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::config::{Numa, Steering};
+use crate::config::{Numa, Pin, Steering};
 use crate::sysfs::{format_cpu_list, Host};
 
 /// A NUMA node as seen by this process.
@@ -189,9 +189,9 @@ pub struct Plan {
     /// `domain-cbpf`, `cpu-cbpf` or `reuseport-hash` (when nothing is left to
     /// steer: one worker, or `domain` steering with one domain that has workers).
     pub steering: &'static str,
-    /// Where a worker may run (`numa.pin` resolved): `cpu`, its slot's CPU only, or
-    /// `domain`, any CPU of its slot's domain.
-    pub pin: &'static str,
+    /// Where a worker may run (`numa.pin` resolved): `Cpu`, its slot's CPU only, or
+    /// `Domain`, any CPU of its slot's domain.
+    pub pin: Pin,
     pub warnings: Vec<String>,
 }
 
@@ -249,15 +249,14 @@ impl Plan {
                 d.index, d.node
             ));
         }
-        let pin = if numa.pins_to_cpu() { "cpu" } else { "domain" };
-        Plan { domains, workers: slots, steering, pin, warnings }
+        Plan { domains, workers: slots, steering, pin: numa.resolved_pin(), warnings }
     }
 
     /// The CPUs worker `index` may run on.
     pub fn worker_cpus(&self, index: usize) -> Vec<usize> {
         let slot = self.workers[index];
         match (self.pin, self.domains.get(slot.domain)) {
-            ("domain", Some(d)) => d.cpus.iter().map(|&c| c as usize).collect(),
+            (Pin::Domain, Some(d)) => d.cpus.iter().map(|&c| c as usize).collect(),
             _ => vec![slot.cpu as usize],
         }
     }
@@ -279,7 +278,7 @@ impl Plan {
         let mut out = String::new();
         out.push_str(&format!("steering: {}\n", self.steering));
         out.push_str(match self.pin {
-            "cpu" => "workers: each on its own CPU (pin cpu)\n",
+            Pin::Cpu => "workers: each on its own CPU (pin cpu)\n",
             _ => "workers: each on any CPU of its domain (pin domain)\n",
         });
         for d in &self.domains {
@@ -432,13 +431,13 @@ mod tests {
         assert_eq!(plan.domains[2].workers, vec![8, 9, 10, 11]);
         assert_eq!(plan.workers[9], Slot { cpu: 9, domain: 2, node: 2 });
         assert_eq!(plan.steering, "domain-cbpf");
-        assert_eq!(plan.pin, "domain");
+        assert_eq!(plan.pin, Pin::Domain);
         assert_eq!(plan.worker_cpus(9), vec![8, 9, 10, 11], "any CPU of its domain");
         let cpu = Numa { steering: Steering::Cpu, ..Numa::default() };
         let plan = Plan::new(&t, 0, &cpu);
         assert_eq!(plan.steering, "cpu-cbpf");
-        assert_eq!((plan.pin, plan.worker_cpus(9)), ("cpu", vec![9]), "steered by CPU: its own CPU");
-        let pinned = Plan::new(&t, 0, &Numa { pin: crate::config::Pin::Cpu, ..Numa::default() });
+        assert_eq!((plan.pin, plan.worker_cpus(9)), (Pin::Cpu, vec![9]), "steered by CPU: its own CPU");
+        let pinned = Plan::new(&t, 0, &Numa { pin: Pin::Cpu, ..Numa::default() });
         assert_eq!((pinned.steering, pinned.worker_cpus(9)), ("domain-cbpf", vec![9]));
     }
 
