@@ -443,11 +443,15 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
         // The drop waits a quarter of a second for the socket to let go of the pages.
         std::thread::sleep(Duration::from_millis(800));
         // (Memory pressure from elsewhere on the machine may evict a few pages of
-        // anything read once; what tells the policy apart is all against nothing.)
+        // anything read once, and the kernel may still hold a few just-sent pages
+        // when the server drops them, which then stay: the same hold that made a
+        // test's own eviction of a just-sent file fail in CI. What tells the policy
+        // apart is all against (almost) nothing.)
         let mostly = 7 << 19;
         assert!(resident_bytes(&popular) >= mostly, "the kept file stays cached");
         if admission {
-            assert_eq!(resident_bytes(&rare), 0, "the rare file was dropped after sending");
+            let left = resident_bytes(&rare);
+            assert!(left <= 1 << 20, "the rare file was dropped after sending, but {left} bytes stayed");
             assert_eq!(metric_value(&server, "linerate_page_cache_kept_files"), 1.0);
             assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
             assert_eq!(metric_value(&server, "linerate_page_cache_budget_bytes"), (5 << 20) as f64);
