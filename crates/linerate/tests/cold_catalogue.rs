@@ -247,14 +247,15 @@ fn cold_ranges_are_exact_on_every_transport() {
     let ca = TestCa::new();
     let server = common::tls::start_server(&ca, dir.path(), &[]);
     let tls_base = format!("https://localhost:{}", server.tls_addrs[0].port());
-    let written = std::cell::Cell::new(0);
+    let mut copies = 0;
     for (name, base) in [("plain", server.url("")), ("tls", tls_base)] {
         // Each fetch gets a copy of the title that no one has read yet, evicted
         // and then partly warmed. Evicting the pages of a file just sent can fail:
         // the kernel may still hold some of them for a while after the response
         // (seen on a busy machine), and that is not what this test is about.
-        let fetch = |range: Option<&str>| {
-            let file = format!("title-{}.bin", written.replace(written.get() + 1));
+        let mut fetch = |range: Option<&str>| {
+            copies += 1;
+            let file = format!("title-{copies}.bin");
             let path = dir.path().join(&file);
             std::fs::write(&path, &data).unwrap();
             evict(&path);
