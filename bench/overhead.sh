@@ -12,18 +12,26 @@
 #   fill pool behind it, idle here since everything is resident), against
 #   `fill.enabled = false`. With --files large enough that the check's memo rarely
 #   hits, it measures the check itself.
+# --feature build --base-bin PATH: this build ("on") against another linerate binary
+#   ("off"), both with the default configuration: what a change to the hot path costs.
 #
-# Usage: bench/overhead.sh [--feature stats|fill] [--quick] [--rounds N] [--duration S]
-#          [--conns C] [--files N] [--file-mib M] [--bin PATH]
+# --range-mib M asks for the first M MiB of each file (default 2: one fill window).
+#
+# Usage: bench/overhead.sh [--feature stats|fill|build] [--base-bin PATH] [--quick]
+#          [--rounds N] [--duration S] [--conns C] [--files N] [--file-mib M]
+#          [--range-mib M] [--bin PATH]
 # Needs: wrk, curl, python3 (Debian packages), and cargo to build linerate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 rounds=5 duration=10 conns=16 bin="" files=8 file_mib=256 dir="${TMPDIR:-/tmp}/linerate-bench" feature=stats
+base_bin="" range_mib=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --feature) feature=$2; shift ;;
+        --base-bin) base_bin=$2; shift ;;
+        --range-mib) range_mib=$2; shift ;;
         --files) files=$2; shift ;;
         --file-mib) file_mib=$2; shift ;;
         --quick) rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick" ;;
@@ -31,7 +39,7 @@ while [ $# -gt 0 ]; do
         --duration) duration=$2; shift ;;
         --conns) conns=$2; shift ;;
         --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -42,15 +50,16 @@ build_linerate
 start_work
 
 make_content "$dir" "$files" "$file_mib"
-write_range_lua "$work/range.lua" "$files"
+write_range_lua "$work/range.lua" "$files" $((range_mib * 1024 * 1024))
 
 start_server() { # name config-text extra-args...
     local name=$1 conf=$2
     shift 2
     printf 'root = "%s"\n%s\n' "$dir" "$conf" > "$work/$name.toml"
-    local limits
-    mapfile -t limits < <(loopback_limits)
-    "$bin" serve --config "$work/$name.toml" --listen 127.0.0.1:0 --log-level warn "${limits[@]}" "$@" > "$work/$name.out" &
+    local limits server_bin=$bin
+    [ "$feature" != build ] || [ "$name" != off ] || server_bin=$base_bin
+    mapfile -t limits < <(bin=$server_bin loopback_limits)
+    "$server_bin" serve --config "$work/$name.toml" --listen 127.0.0.1:0 --log-level warn "${limits[@]}" "$@" > "$work/$name.out" &
     pids+=($!)
     eval "${name}_pid=$!"
     wait_for_line "$work/$name.out" '^listening http://' || { echo "$name did not start" >&2; exit 1; }
@@ -71,12 +80,18 @@ case "$feature" in
         start_server on $'[fill]\nenabled = true' --no-admin
         on_label="on (residency check, fill pool)" off_label="off (fill.enabled = false)"
         ;;
-    *) echo "unknown --feature $feature (stats or fill)" >&2; exit 2 ;;
+    build)
+        [ -x "$base_bin" ] || { echo "--feature build needs --base-bin PATH (a linerate binary)" >&2; exit 2; }
+        start_server off '' --no-admin
+        start_server on '' --no-admin
+        on_label="this build ($bin)" off_label="base ($base_bin)"
+        ;;
+    *) echo "unknown --feature $feature (stats, fill or build)" >&2; exit 2 ;;
 esac
 
 results="$work/results"
 : > "$results"
-echo "$feature overhead: $conns connections, ${duration}s x $rounds rounds, $files files x $file_mib MiB"
+echo "$feature overhead: $conns connections, ${duration}s x $rounds rounds, $files files x $file_mib MiB, ${range_mib} MiB ranges"
 for r in $(seq 1 "$rounds"); do
     for variant in off on; do
         pid_var="${variant}_pid" url_var="${variant}_url"

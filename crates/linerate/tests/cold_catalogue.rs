@@ -463,3 +463,205 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
         }
     }
 }
+
+/// A viewer reading `first..=last` of `path` on its own connection at about
+/// `bytes_per_sec`, through a small receive buffer so that the server's sends
+/// follow its reading, connected from a thread on `cpu` when given (with
+/// `numa.steering = "cpu"` the SYN then reaches that CPU's worker). Returns the
+/// response head and the body.
+fn slow_viewer(
+    addr: std::net::SocketAddr,
+    path: &str,
+    (first, last): (u64, u64),
+    bytes_per_sec: u64,
+    cpu: Option<usize>,
+) -> (String, Vec<u8>) {
+    let mut s = connect_from(addr, cpu, Some(64 << 10));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nRange: bytes={first}-{last}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let started = Instant::now();
+    let mut got = Vec::with_capacity((last - first + 1) as usize + 1024);
+    let mut buf = vec![0u8; 32 << 10];
+    loop {
+        let n = s.read(&mut buf).expect("slow viewer read");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        let due = Duration::from_secs_f64(got.len() as f64 / bytes_per_sec as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    (head, got.split_off(end))
+}
+
+/// A connection to `addr` made from a thread allowed only on `cpu` (when given),
+/// with a receive buffer of `rcvbuf` bytes (when given).
+fn connect_from(addr: std::net::SocketAddr, cpu: Option<usize>, rcvbuf: Option<usize>) -> std::net::TcpStream {
+    std::thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            linerate_sys::pin_current_thread(cpu).expect("pin the client thread");
+        }
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if let Some(n) = rcvbuf {
+            s.set_recv_buffer_size(n).unwrap();
+        }
+        s.connect(&addr.into()).unwrap();
+        std::net::TcpStream::from(s)
+    })
+    .join()
+    .unwrap()
+}
+
+/// The worker named in a response's `X-Linerate-Worker` field.
+fn worker_of(head: &str) -> String {
+    head.lines()
+        .find_map(|l| l.strip_prefix("X-Linerate-Worker: "))
+        .unwrap_or_else(|| panic!("no X-Linerate-Worker in {head}"))
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+const TITLE_BYTES: usize = 64 << 20;
+/// What the slow viewer reads: the first 16 MiB of the title, resident when it starts.
+const SLOW_RANGE: (u64, u64) = (0, (16 << 20) - 1);
+const SLOW_RATE: u64 = 2 << 20;
+/// What the fast viewer fetches 1.5 s later, while the slow one is still before it.
+const FAST_RANGE: (u64, u64) = (8 << 20, (12 << 20) - 1);
+
+/// A 64 MiB title with its first 16 MiB resident, a hot file locked in the page
+/// cache, and a page-cache budget (8 MiB) that keeps the hot file and not the title.
+fn title_setup() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Pinned, ConfigFile) {
+    let (dir, _cold, pinned) = setup();
+    let title = dir.path().join("title.bin");
+    let data = pseudo_random(TITLE_BYTES, 7);
+    std::fs::write(&title, &data).unwrap();
+    evict(&title);
+    warm(&title, 0, SLOW_RANGE.1 + 1);
+    let config = ConfigFile::new("[fill]\ncache_bytes = 8388608\n");
+    (dir, title, data, pinned, config)
+}
+
+/// Issue: a page-cache drop after one viewer's send evicted pages that another
+/// viewer of the same title was still sending, and the worker read them back from
+/// the disk inside `sendfile`, stalling every other viewer on it (1.99 s seen). The
+/// slow viewer B reads the title's first 16 MiB; A fetches 8-12 MiB of it at full
+/// speed meanwhile, and the title is outside the kept set, so A's pages are dropped
+/// after its send. B must still get exact bytes, and the hot file's requests on the
+/// same worker must not wait for the disk.
+#[test]
+fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
+    let (dir, _title, data, _hot, config) = title_setup();
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
+    let addr = server.addr();
+    let mut hot = std::net::TcpStream::connect(addr).unwrap();
+    hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let url = server.url("/title.bin");
+    let expected = data.clone();
+    let run = measure_stall(&mut hot, move || {
+        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
+        std::thread::sleep(Duration::from_millis(1500));
+        let range = format!("{}-{}", FAST_RANGE.0, FAST_RANGE.1);
+        let out = common::curl(&["-sS", "-r", &range, "--max-time", "30", &url]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout == expected[FAST_RANGE.0 as usize..=FAST_RANGE.1 as usize], "A's bytes differ");
+        let (_, body) = b.join().unwrap();
+        assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
+        assert!(body == expected[..body.len()], "B's bytes differ");
+    });
+    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
+    check_no_stall(&run, "drop under a slow viewer");
+}
+
+/// The same with A and B on different workers (steered by CPU, the clients pinned):
+/// B's worker must not wait for the disk when A's worker drops pages B is sending.
+#[test]
+fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
+    let cpus = linerate_sys::allowed_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("one CPU: no second worker to drop from; covered by the same-worker test");
+        return;
+    }
+    let (b_cpu, a_cpu) = (cpus[0], cpus[1]);
+    let (dir, _title, data, _hot, _) = title_setup();
+    let config = ConfigFile::new("[fill]\ncache_bytes = 8388608\n[numa]\nsteering = \"cpu\"\n");
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let wrapper = throttle.wrapper();
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let root = dir.path().to_str().unwrap();
+    let server = Server::start_wrapped(
+        &wrapper,
+        &["--root", root, "--workers", "2", "--config", config.arg(), "--debug-headers"],
+    );
+    let addr = server.addr();
+    let mut hot = connect_from(addr, Some(b_cpu), None);
+    hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let expected = data.clone();
+    let run = measure_stall(&mut hot, move || {
+        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, Some(b_cpu)));
+        std::thread::sleep(Duration::from_millis(1500));
+        let (a_head, a_body) = {
+            let mut s = connect_from(addr, Some(a_cpu), None);
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let req = format!(
+                "GET /title.bin HTTP/1.1\r\nHost: localhost\r\nRange: bytes={}-{}\r\nConnection: close\r\n\r\n",
+                FAST_RANGE.0, FAST_RANGE.1
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            let raw = common::read_until_close(&mut s, Duration::from_secs(30));
+            let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            (String::from_utf8_lossy(&raw[..end]).into_owned(), raw[end..].to_vec())
+        };
+        assert!(a_body == expected[FAST_RANGE.0 as usize..=FAST_RANGE.1 as usize], "A's bytes differ");
+        let (b_head, b_body) = b.join().unwrap();
+        assert_eq!(b_body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
+        assert!(b_body == expected[..b_body.len()], "B's bytes differ");
+        assert_ne!(worker_of(&a_head), worker_of(&b_head), "A and B were meant for different workers");
+    });
+    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
+    check_no_stall(&run, "drop from another worker under a slow viewer");
+}
+
+/// Pages evicted by someone else (here the test, with POSIX_FADV_DONTNEED) while a
+/// slow viewer is sending a range found resident: the worker sends no page it has
+/// not found resident just before, so it never reads the disk itself.
+#[test]
+fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
+    let (dir, title, data, _hot, _) = title_setup();
+    let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
+    let server = start_throttled(&throttle, dir.path(), &[]);
+    let addr = server.addr();
+    let mut hot = std::net::TcpStream::connect(addr).unwrap();
+    hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let expected = data.clone();
+    let run = measure_stall(&mut hot, move || {
+        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
+        std::thread::sleep(Duration::from_millis(1000));
+        // B is about 2 MiB in: evict 8-16 MiB, ahead of it.
+        let f = std::fs::File::open(&title).unwrap();
+        linerate_sys::pagecache::fadvise(
+            std::os::fd::AsFd::as_fd(&f),
+            8 << 20,
+            8 << 20,
+            linerate_sys::pagecache::Advice::DontNeed,
+        )
+        .unwrap();
+        let (_, body) = b.join().unwrap();
+        assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
+        assert!(body == expected[..body.len()], "B's bytes differ");
+    });
+    let filled = metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}");
+    assert!(filled >= (4 << 20) as f64, "the evicted windows were not filled ({filled} bytes)");
+    check_no_stall(&run, "pages evicted under a slow viewer");
+}

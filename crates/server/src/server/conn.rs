@@ -40,6 +40,7 @@ use super::access_log::{Record, WorkerLog};
 use super::files::{FileCache, Lookup, LookupError, OpenFile};
 use super::fill::{self, FillPool};
 use super::residency;
+use super::senders::{PendingDrop, DROP_DELAY};
 use super::settings::Settings;
 use crate::counters::tcp_info::{Chooser, Sampler, TcpFigures};
 use crate::counters::{ConnState, ErrorKind, StateTracker, WorkerCounters};
@@ -722,14 +723,17 @@ impl<T: Transport> Conn<'_, T> {
     }
 
     /// Sends `len` bytes of `file` at `offset`, never letting the worker wait for
-    /// the disk: a range that is all in the page cache goes out at once (one
-    /// residency check, then the transport); otherwise it goes window by window,
-    /// this connection parking on a fill for each window that is missing while
-    /// the next one is read ahead (see `server::fill`). With `read_on` (a single
-    /// range: a viewer reading in order), the windows after it are read ahead too;
-    /// the parts of a multipart answer are seeks, and are not. A range of a file
-    /// outside the admission policy's kept set is dropped from the page cache
-    /// shortly after it is sent.
+    /// the disk. The range goes window by window (`fill.window_bytes`, aligned),
+    /// and the kernel is never handed more of the file than was found resident
+    /// just before: each window is checked (a residency memo, else the page
+    /// cache), then sent if resident; a missing one, however it became missing
+    /// (never read, dropped by the admission policy, reclaimed by the kernel),
+    /// parks this connection on a fill while the next one is read ahead (see
+    /// `server::fill`). With `read_on` (a single range: a viewer reading in
+    /// order), the windows after it are read ahead too; the parts of a multipart
+    /// answer are seeks, and are not. A window of a file outside the admission
+    /// policy's kept set is dropped from the page cache once nobody on any worker
+    /// is sending it (`server::senders`).
     async fn send_range(&mut self, file: &Rc<OpenFile>, offset: u64, len: u64, read_on: bool) -> Result<(), SendError> {
         let counters = &self.worker.counters;
         let Some(pool) = self.worker.fill.as_ref() else {
@@ -741,9 +745,9 @@ impl<T: Transport> Conn<'_, T> {
             .admission
             .as_ref()
             .is_none_or(|a| a.note(&self.worker.admission, id, size, fill::demand_bytes(offset, size), Instant::now()));
-        let ready = |at: u64, n: u64| {
+        let ready = |at: u64, n: u64, dropped_at: Option<Instant>| {
             let now = Instant::now();
-            if file.resident.covers(at, n, window, now) {
+            if file.resident.covers(at, n, window, now, dropped_at) {
                 return true;
             }
             if pool.is_filling(id, at, n) {
@@ -755,41 +759,24 @@ impl<T: Transport> Conn<'_, T> {
             }
             resident
         };
-        // Read ahead for a viewer going on: the windows after the one holding the
-        // byte before `end` (a fill reads whole windows, so the rest of that one is
-        // in), noted on the file so that reaching them continues the read-ahead.
-        let read_ahead_past = |end: u64| {
-            let next = end.div_ceil(window) * window;
-            for k in 0..pool.readahead_windows() {
-                let at = next + k * window;
-                if pool.read_ahead(counters.domain, &file.file, id, at, size) {
-                    file.resident.note_ahead(at / window);
-                }
-            }
-        };
-        if ready(offset, len) {
-            counters.cold.resident_bytes.add(len);
-            self.mark_first_byte();
-            self.io.send_file(&file.file, offset, len).await?;
-            if file.resident.take_ahead(offset, len, window) && read_on {
-                read_ahead_past(offset + len);
-            }
-            if !admitted {
-                drop_later(pool.clone(), file.clone(), offset, len);
-            }
-            return Ok(());
-        }
         let end = offset + len;
         let mut at = offset;
+        // Whether the viewer reached a window read ahead for it, or waited for one:
+        // either way it is reading on, and its next windows should be coming.
+        let mut reading_on = false;
         while at < end {
             let upto = ((at / window + 1) * window).min(end);
-            if ready(at, upto - at) {
+            // Registered before the check, so that no drop comes between the
+            // check and the send.
+            let sender = pool.begin_send(id, at / window);
+            reading_on |= file.resident.take_ahead(at, upto - at, window);
+            if ready(at, upto - at, sender.as_ref().and_then(|s| s.dropped_at())) {
                 counters.cold.resident_bytes.add(upto - at);
             } else {
+                reading_on = true;
                 if upto < end {
                     pool.read_ahead(counters.domain, &file.file, id, upto, size);
                 }
-                file.resident.take_ahead(at, upto - at, window);
                 let started = Instant::now();
                 let filled = pool.fill(counters.domain, &file.file, id, at, size).await;
                 counters.cold.fill_wait_seconds.observe(started.elapsed().as_secs_f64());
@@ -802,14 +789,22 @@ impl<T: Transport> Conn<'_, T> {
             }
             self.mark_first_byte();
             self.io.send_file(&file.file, at, upto - at).await?;
+            if let Some(pending) = sender.and_then(|s| s.finish((at, upto), admitted, Instant::now())) {
+                drop_later(pool.clone(), file.clone(), pending);
+            }
             at = upto;
         }
-        // A cold title is likely read on: have its next windows ready.
-        if read_on {
-            read_ahead_past(end);
-        }
-        if !admitted {
-            drop_later(pool.clone(), file.clone(), offset, len);
+        // Read ahead for a viewer going on: the windows after the one holding the
+        // byte before `end` (a fill reads whole windows, so the rest of that one is
+        // in), noted on the file so that reaching them continues the read-ahead.
+        if read_on && reading_on {
+            let next = end.div_ceil(window) * window;
+            for k in 0..pool.readahead_windows() {
+                let at = next + k * window;
+                if pool.read_ahead(counters.domain, &file.file, id, at, size) {
+                    file.resident.note_ahead(at / window);
+                }
+            }
         }
         Ok(())
     }
@@ -957,14 +952,16 @@ fn finish_head(mut h: HeadWriter<'_>, keep_alive: bool, version: Version) {
     h.finish();
 }
 
-/// Drops `len` bytes of `file` at `offset` from the page cache [`fill::DROP_DELAY`]
-/// after they were sent (what a fill is bringing in stays), and forgets that this
-/// worker found them resident.
-fn drop_later(pool: Arc<FillPool>, file: Rc<OpenFile>, offset: u64, len: u64) {
+/// Drops a window that its last sender has just finished [`DROP_DELAY`] later,
+/// unless someone began sending it meanwhile, and forgets that this worker found
+/// it resident.
+fn drop_later(pool: Arc<FillPool>, file: Rc<OpenFile>, pending: PendingDrop) {
     tokio::task::spawn_local(async move {
-        tokio::time::sleep(fill::DROP_DELAY).await;
-        pool.drop_sent(&file.file, (file.stat.dev, file.stat.ino), offset, len, file.stat.size_bytes);
-        file.resident.forget(offset, len, pool.window_bytes());
+        tokio::time::sleep(DROP_DELAY).await;
+        if pool.drop_idle(&file.file, pending, file.stat.size_bytes) > 0 {
+            let w = pool.window_bytes();
+            file.resident.forget(pending.window.index * w, w, w);
+        }
     });
 }
 

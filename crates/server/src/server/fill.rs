@@ -32,9 +32,10 @@
 //!   file ([`demand_bytes`]), merged once a second into one decayed estimate, rank
 //!   the files by demand per byte of file, and the best of them that fit in
 //!   `fill.cache_bytes` are *kept*.
-//!   Once a range of any other file has been sent it is dropped from the page
-//!   cache (`POSIX_FADV_DONTNEED`), unless a fill of it is under way, so one pass
-//!   over a long-tail title does not evict the titles everyone watches.
+//!   Once a window of any other file has been sent, and nobody on any worker is
+//!   sending it any more ([`super::senders`]), it is dropped from the page cache
+//!   (`POSIX_FADV_DONTNEED`), unless a fill of it is under way, so one pass over a
+//!   long-tail title does not evict the titles everyone watches.
 //!
 //! A fill reads its window with `pread` into a per-thread scratch buffer (after a
 //! `POSIX_FADV_WILLNEED` that submits the whole window at once): the copy costs
@@ -53,6 +54,7 @@ use std::time::{Duration, Instant};
 use linerate_sys::pagecache::{self, Advice};
 use tokio::sync::oneshot;
 
+use super::senders::{PendingDrop, Sender, Senders, Window};
 use crate::config::{Fill as FillConfig, Placement};
 use crate::sysfs::Host;
 use crate::topology::{Plan, Topology};
@@ -143,6 +145,8 @@ pub struct FillPool {
     pub read_ahead_fills: AtomicU64,
     /// The page-cache admission policy, when `fill.admission`.
     pub admission: Option<Admission>,
+    /// Who sends which window: a window is dropped only once nobody does.
+    senders: Senders,
 }
 
 impl FillPool {
@@ -167,6 +171,7 @@ impl FillPool {
             depth: AtomicI64::new(0),
             read_ahead_fills: AtomicU64::new(0),
             admission: config.admission.then(|| Admission::new(cache_budget(config), config.admission_half_life)),
+            senders: Senders::default(),
         });
         if let Some(a) = &pool.admission {
             tracing::info!(
@@ -248,26 +253,29 @@ impl FillPool {
         (offset / w..=(offset + len - 1) / w).any(|window| inflight.contains_key(&WindowKey { dev, ino, window }))
     }
 
-    /// Drops what can be dropped of `len` bytes at `offset` of a file outside the
-    /// kept set, after they were sent: whole pages, window by window, leaving any
-    /// window a fill is bringing in (someone waits for it, or it is read ahead).
-    /// Returns the bytes advised out.
-    pub fn drop_sent(&self, file: &File, id: (u64, u64), offset: u64, len: u64, file_len: u64) -> u64 {
-        let w = self.config.window_bytes;
-        let end = (offset + len).min(file_len);
-        let mut dropped = 0;
-        let mut at = offset;
-        while at < end {
-            let upto = ((at / w + 1) * w).min(end);
-            if !self.is_filling(id, at, upto - at) {
-                if let Some((from, n)) = whole_pages(at, upto - at, file_len) {
-                    if pagecache::fadvise(file.as_fd(), from, n, Advice::DontNeed).is_ok() {
-                        dropped += n;
-                    }
-                }
+    /// Registers a connection about to check and send window `index` of file `id`
+    /// ([`super::senders`]), when the pool drops pages (admission on): no drop
+    /// evicts the window until it is done.
+    pub fn begin_send(&self, id: FileId, index: u64) -> Option<Sender<'_>> {
+        self.admission.as_ref()?;
+        Some(self.senders.begin(Window { dev: id.0, ino: id.1, index }, Instant::now()))
+    }
+
+    /// Drops the bytes of a window outside the kept set sent since its last drop,
+    /// if nobody has begun sending it since its last sender finished (`pending`):
+    /// whole pages, and not while a fill is bringing the window in. Returns the
+    /// bytes advised out.
+    pub fn drop_idle(&self, file: &File, pending: PendingDrop, file_len: u64) -> u64 {
+        let id = (pending.window.dev, pending.window.ino);
+        let dropped = self.senders.drop_if_idle(pending, Instant::now(), |from, len| {
+            if self.is_filling(id, from, len) {
+                return 0;
             }
-            at = upto;
-        }
+            match whole_pages(from, len, file_len) {
+                Some((at, n)) if pagecache::fadvise(file.as_fd(), at, n, Advice::DontNeed).is_ok() => n,
+                _ => 0,
+            }
+        });
         if let Some(a) = &self.admission {
             a.dropped_bytes.fetch_add(dropped, Ordering::Relaxed);
         }
@@ -480,7 +488,7 @@ pub fn whole_pages(offset: u64, len: u64, file_len: u64) -> Option<(u64, u64)> {
 /// Share of the memory limit the kept files may fill. The rest is for what the
 /// same memory cgroup is also charged: the server's own memory, the windows of
 /// files outside the kept set between their fill and their drop (one being sent
-/// and one read ahead per viewer, for [`DROP_DELAY`] more), and the kernel's
+/// and one read ahead per viewer, for [`super::senders::DROP_DELAY`] more), and the kernel's
 /// reclaim, which starts before the limit is reached. A budget above what stays
 /// cached would have the kept files evict each other, as the LRU does without a
 /// policy; one below it leaves memory idle, a smaller loss.
@@ -489,11 +497,6 @@ pub const CACHE_HEADROOM: f64 = 0.9;
 /// How often each worker adds its counts to the shared estimate, and how often
 /// the kept set is ranked anew.
 pub const MERGE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How long after a range outside the kept set is sent its pages are dropped: the
-/// socket (plain `sendfile`, kernel TLS) refers to the pages it has not yet handed
-/// to the client, and the kernel does not drop a page in use.
-pub const DROP_DELAY: Duration = Duration::from_millis(250);
 
 /// A file's demand is forgotten once it decays below this many passes over it.
 const FORGET_BELOW_PASSES: f64 = 1e-3;

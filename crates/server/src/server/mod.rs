@@ -29,6 +29,7 @@ mod files;
 pub mod fill;
 mod listener;
 mod residency;
+mod senders;
 pub mod service;
 pub mod settings;
 pub mod steering;

@@ -84,12 +84,16 @@ pub struct Memo {
 
 impl Memo {
     /// Whether every window overlapping `len` bytes at `offset` was found resident
-    /// within [`TRUST_RESIDENT`] of `now`.
-    pub fn covers(&self, offset: u64, len: u64, window_bytes: u64, now: Instant) -> bool {
+    /// within [`TRUST_RESIDENT`] of `now`, and after `dropped_at` when the server
+    /// dropped it since (a check from before a drop says nothing).
+    pub fn covers(&self, offset: u64, len: u64, window_bytes: u64, now: Instant, dropped_at: Option<Instant>) -> bool {
         let checked = self.checked.borrow();
         !checked.is_empty()
-            && windows(offset, len, window_bytes)
-                .all(|w| checked.get(&w).is_some_and(|&t| now.duration_since(t) < TRUST_RESIDENT))
+            && windows(offset, len, window_bytes).all(|w| {
+                checked
+                    .get(&w)
+                    .is_some_and(|&t| now.duration_since(t) < TRUST_RESIDENT && dropped_at.is_none_or(|d| t > d))
+            })
     }
 
     /// Notes that `window` is being read ahead for a viewer of this file.
@@ -168,15 +172,18 @@ mod tests {
         let m = Memo::default();
         let t = Instant::now();
         let w = 1000;
-        assert!(!m.covers(0, 10, w, t));
+        assert!(!m.covers(0, 10, w, t, None));
         m.mark(500, 1000, w, t); // windows 0 and 1
-        assert!(m.covers(0, 2000, w, t + Duration::from_millis(500)));
-        assert!(!m.covers(0, 2001, w, t), "window 2 was never checked");
-        assert!(!m.covers(1500, 10, w, t + TRUST_RESIDENT), "trust expires");
+        assert!(m.covers(0, 2000, w, t + Duration::from_millis(500), None));
+        assert!(!m.covers(0, 2001, w, t, None), "window 2 was never checked");
+        assert!(!m.covers(1500, 10, w, t + TRUST_RESIDENT, None), "trust expires");
         m.mark(2000, 1, w, t + TRUST_RESIDENT);
-        assert!(m.covers(2999, 1, w, t + TRUST_RESIDENT));
+        assert!(m.covers(2999, 1, w, t + TRUST_RESIDENT, None));
+        let later = t + TRUST_RESIDENT + Duration::from_millis(1);
+        assert!(!m.covers(2999, 1, w, later, Some(later)), "dropped (on any worker) after the check");
+        assert!(m.covers(2999, 1, w, later, Some(t)), "dropped before the check");
         m.forget(2500, 10, w);
-        assert!(!m.covers(2999, 1, w, t + TRUST_RESIDENT), "dropped windows are checked again");
+        assert!(!m.covers(2999, 1, w, t + TRUST_RESIDENT, None), "dropped windows are checked again");
     }
 
     #[test]
