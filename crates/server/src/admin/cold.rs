@@ -90,9 +90,9 @@ pub fn snapshot(state: &AdminState) -> Cold {
     };
     let mut devices: Vec<Device> = Vec::new();
     if let Some(pool) = &state.fill {
-        for (dev, s) in pool.device_stats() {
+        for &(dev, ref s) in pool.device_stats().iter() {
             devices.push(Device {
-                device: crate::server::fill::dev_name(dev),
+                device: crate::server::pagecache::devices::dev_name(dev),
                 fills: s.fills,
                 fill_bytes: s.fill_bytes,
                 fill_errors: s.errors,

@@ -54,7 +54,7 @@ pub struct AdminState {
     /// (`f64` bits; 0 until something is served).
     pub model_ceiling_gbps: AtomicU64,
     /// The fill pool, for its queue and per-device counters.
-    pub fill: Option<Arc<crate::server::fill::FillPool>>,
+    pub fill: Option<Arc<crate::server::pagecache::FillPool>>,
     /// The access log, for its written and dropped record counts.
     pub access_log: Option<Arc<crate::server::access_log::AccessLog>>,
     /// The certificates in use (replaced at each reload), for their expiry.

@@ -247,7 +247,7 @@ impl Default for TcpHistograms {
     }
 }
 
-/// The page-cache view of the bytes served (see `server::fill`).
+/// The page-cache view of the bytes served (see `server::pagecache`).
 #[derive(Debug)]
 pub struct ColdCounters {
     /// Body bytes found in the page cache when they were about to be sent.

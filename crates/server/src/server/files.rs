@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use linerate_sys::{FileKind, FileStat};
 
+use super::pagecache::residency::Memo;
+use super::pagecache::{FileId, FilePages};
 use super::settings::Settings;
 
 /// An open regular file and the validators derived from it.
@@ -38,9 +40,27 @@ pub struct OpenFile {
     pub stat: FileStat,
     /// Strong entity tag, quotes included.
     pub etag: Vec<u8>,
-    /// Windows of it found in the page cache lately (`server::residency`).
-    pub resident: super::residency::Memo,
+    /// Windows of it found in the page cache lately (`pagecache::residency`).
+    pub resident: Memo,
     checked_at: std::cell::Cell<Instant>,
+}
+
+impl FilePages for OpenFile {
+    fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn id(&self) -> FileId {
+        (self.stat.dev, self.stat.ino)
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.stat.size_bytes
+    }
+
+    fn memo(&self) -> &Memo {
+        &self.resident
+    }
 }
 
 pub enum Lookup {
@@ -123,7 +143,7 @@ impl FileCache {
         if settings.config.fill.enabled {
             // The fill pool does all disk reading for this file: no kernel
             // read-ahead from the worker's sends, whose pages in flight would look
-            // resident to `cachestat` and make a later send wait (server::fill).
+            // resident to `cachestat` and make a later send wait (server::pagecache).
             let _ = linerate_sys::pagecache::fadvise(file.as_fd(), 0, 0, linerate_sys::pagecache::Advice::Random);
         }
         let entry = Rc::new(OpenFile {

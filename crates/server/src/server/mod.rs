@@ -26,10 +26,8 @@ pub mod access_log;
 pub mod client_limits;
 mod conn;
 mod files;
-pub mod fill;
 mod listener;
-mod residency;
-mod senders;
+pub mod pagecache;
 pub mod service;
 pub mod settings;
 pub mod steering;
@@ -130,7 +128,9 @@ pub fn run(config: Config, opts: ServeOptions) -> anyhow::Result<()> {
     );
     let cpu_domains = Arc::new(plan.cpu_domains());
     let fill = match settings.config.fill.enabled {
-        true => Some(fill::FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?),
+        true => {
+            Some(pagecache::FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?)
+        }
         false => None,
     };
     let access_log = match settings.config.access_log.file() {

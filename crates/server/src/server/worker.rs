@@ -32,7 +32,7 @@ use super::access_log::{AccessLog, WorkerLog};
 use super::client_limits::{ClientSlot, ClientTable};
 use super::conn;
 use super::files::FileCache;
-use super::fill::FillPool;
+use super::pagecache::{ColdPath, FillPool};
 use super::settings::Settings;
 use crate::counters::tcp_info::{Chooser, Sampler};
 use crate::counters::{ErrorKind, Refusal, WorkerCounters};
@@ -140,7 +140,8 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let drain = settings.config.timeouts.drain;
     let files = FileCache::new(settings.config.open_file_cache.entries, settings.config.open_file_cache.valid);
     let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
-    let ctx = conn::Context::new(index, files, counters, fill, page_chooser, debug_field, boundary_salt)
+    let pages = fill.map(|pool| ColdPath::new(pool, counters.clone()));
+    let ctx = conn::Context::new(index, files, counters, pages, page_chooser, debug_field, boundary_salt)
         .with_log(access_log.map(WorkerLog::new));
     *ctx.signed.borrow_mut() = settings.signed.clone();
     let worker = Rc::new(Worker {
@@ -530,9 +531,9 @@ mod tests {
     #[test]
     fn connection_futures_stay_small() {
         let task = task_size(connection);
-        let plain = serve_size(conn::serve::<Plain>);
-        let user_tls = serve_size(conn::serve::<UserTls>);
-        let ktls = serve_size(conn::serve::<Ktls>);
+        let plain = serve_size(conn::serve::<Plain, ColdPath>);
+        let user_tls = serve_size(conn::serve::<UserTls, ColdPath>);
+        let ktls = serve_size(conn::serve::<Ktls, ColdPath>);
         let handshake = handshake_size(handshake);
         println!(
             "task {task}, handshake {handshake}, plain {plain}, user-space TLS {user_tls}, kernel TLS {ktls} bytes"

@@ -59,10 +59,6 @@ pub enum SendError {
     /// served). The response cannot be completed honestly: close the connection.
     #[error("file truncated during transfer")]
     Truncated,
-    /// A disk read the body needed failed or did not finish in time: the response
-    /// cannot be completed, close the connection.
-    #[error("{0}")]
-    Fill(#[from] crate::server::fill::FillError),
 }
 
 #[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send

@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::residency::TRUST_RESIDENT;
+use super::{lock, Window};
 
 /// How long after the last sender of a window outside the kept set is done its
 /// pages are dropped: the socket (plain `sendfile`, kernel TLS) still refers to
@@ -41,20 +42,9 @@ pub const DROP_DELAY: Duration = Duration::from_millis(250);
 
 const SHARDS: usize = 64;
 
-/// One window of one file.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct Window {
-    pub dev: u64,
-    pub ino: u64,
-    pub index: u64,
-}
-
-impl Window {
-    fn shard(&self) -> usize {
-        let h =
-            self.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.index.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) ^ self.dev;
-        (h >> 32) as usize % SHARDS
-    }
+fn shard_of(w: &Window) -> usize {
+    let h = w.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ w.index.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) ^ w.dev;
+    (h >> 32) as usize % SHARDS
 }
 
 #[derive(Default)]
@@ -107,7 +97,7 @@ impl Senders {
     /// answer says when the window was last dropped, if that was recent: a
     /// worker's memo of it from before then is out of date.
     pub fn begin(&self, window: Window, now: Instant) -> Sender<'_> {
-        let mut shard = lock(&self.shards[window.shard()]);
+        let mut shard = lock(&self.shards[shard_of(&window)]);
         if shard.windows.len() >= shard.sweep_at {
             shard.windows.retain(|_, e| !e.idle(now));
             shard.sweep_at = (shard.windows.len() * 2).max(64);
@@ -123,7 +113,7 @@ impl Senders {
     /// idle since `pending` was scheduled; the eviction happens under the shard's
     /// lock, so no sender can begin in between. Returns what `drop` returned.
     pub fn drop_if_idle(&self, pending: PendingDrop, now: Instant, drop: impl FnOnce(u64, u64) -> u64) -> u64 {
-        let mut shard = lock(&self.shards[pending.window.shard()]);
+        let mut shard = lock(&self.shards[shard_of(&pending.window)]);
         let Some(e) = shard.windows.get_mut(&pending.window) else { return 0 };
         if e.senders > 0 || e.generation != pending.generation || !e.wants_drop {
             return 0;
@@ -135,7 +125,7 @@ impl Senders {
     }
 
     fn end(&self, window: Window, sent: (u64, u64), keep: bool, now: Instant) -> Option<PendingDrop> {
-        let mut shard = lock(&self.shards[window.shard()]);
+        let mut shard = lock(&self.shards[shard_of(&window)]);
         let e = shard.windows.get_mut(&window)?;
         e.senders = e.senders.saturating_sub(1);
         e.sent = Some(e.sent.map_or(sent, |(a, b)| (a.min(sent.0), b.max(sent.1))));
@@ -151,7 +141,7 @@ impl Senders {
     }
 
     fn abandon(&self, window: Window) {
-        let mut shard = lock(&self.shards[window.shard()]);
+        let mut shard = lock(&self.shards[shard_of(&window)]);
         if let Some(e) = shard.windows.get_mut(&window) {
             e.senders = e.senders.saturating_sub(1);
         }
@@ -159,7 +149,7 @@ impl Senders {
 
     #[cfg(test)]
     fn sending(&self, window: Window) -> u32 {
-        lock(&self.shards[window.shard()]).windows.get(&window).map_or(0, |e| e.senders)
+        lock(&self.shards[shard_of(&window)]).windows.get(&window).map_or(0, |e| e.senders)
     }
 }
 
@@ -194,10 +184,6 @@ impl Drop for Sender<'_> {
             self.table.abandon(self.window);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -14,7 +14,13 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Config;
-use crate::counters::TransportKind;
+use crate::counters::tcp_info::Chooser;
+use crate::counters::{TransportKind, WorkerCounters};
+use crate::server::files::FileCache;
+use crate::server::pagecache::memory::MemoryPages;
+use crate::transport::SendError;
+use answer::absolute_path;
+use linerate_urlauth::Verdict;
 
 /// What the mock saw: every byte written, and how the connection was closed.
 #[derive(Default)]
@@ -78,13 +84,24 @@ struct Run {
 }
 
 /// Serves `input` (chunks, then EOF or silence) from `root` with `config`.
-async fn serve_mock(root: &Path, mut config: Config, input: &[&[u8]], eof: bool) -> Run {
+async fn serve_mock(root: &Path, config: Config, input: &[&[u8]], eof: bool) -> Run {
+    serve_mock_with(root, config, input, eof, None).await
+}
+
+/// Like `serve_mock`, with body ranges sent through `pages`.
+async fn serve_mock_with(
+    root: &Path,
+    mut config: Config,
+    input: &[&[u8]],
+    eof: bool,
+    pages: Option<MemoryPages>,
+) -> Run {
     config.root = Some(root.to_owned());
     let settings = Settings::new(config, 1, 1024, None).unwrap();
     let c = &settings.config.open_file_cache;
     let counters = Arc::new(WorkerCounters::new(0, None, None, 0));
     let ctx =
-        Context::new(0, FileCache::new(c.entries, c.valid), counters.clone(), None, Chooser::new(0.0, 1), vec![], 7);
+        Context::new(0, FileCache::new(c.entries, c.valid), counters.clone(), pages, Chooser::new(0.0, 1), vec![], 7);
     *ctx.signed.borrow_mut() = settings.signed.clone();
     let seen = Rc::new(Seen::default());
     let io = Mock { input: input.iter().map(|c| c.to_vec()).collect(), eof, seen: seen.clone(), body_bytes: 0 };
@@ -200,7 +217,7 @@ async fn a_file_that_shrank_mid_response_closes_the_connection() {
     config.root = Some(dir.path().to_owned());
     let settings = Settings::new(config, 1, 1024, None).unwrap();
     let counters = Arc::new(WorkerCounters::new(0, None, None, 0));
-    let ctx = Context::new(
+    let ctx = Context::<MemoryPages>::new(
         0,
         FileCache::new(8, Duration::from_secs(60)),
         counters.clone(),
@@ -308,4 +325,68 @@ fn signed_urls_check_the_path_as_nginx_writes_uri() {
         absolute_path(relative.as_bytes(), dir, &mut buf);
         assert_eq!(buf, want.as_bytes());
     }
+}
+
+/// The in-memory page cache: windows of 4 KiB, a fill takes `fill_ms` of the
+/// paused clock, a connection waits at most 1 s for one.
+fn memory_pages(fill_ms: u64) -> MemoryPages {
+    MemoryPages::new(4096, Duration::from_millis(fill_ms), Duration::from_secs(1))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cold_range_waits_for_its_fills_and_its_bytes_are_exact() {
+    let dir = content();
+    let started = tokio::time::Instant::now();
+    let input: &[&[u8]] = &[b"GET /c HTTP/1.1\r\nHost: x\r\nRange: bytes=100-10099\r\n\r\n"];
+    let r = serve_mock_with(dir.path(), Config::default(), input, true, Some(memory_pages(300))).await;
+    assert_eq!(statuses(&r.out), ["206"]);
+    let body = &r.out[r.out.find("\r\n\r\n").unwrap() + 4..];
+    let big: String = (0..20_000u32).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    assert_eq!(body, &big[100..10100], "the bytes of windows 0, 1 and 2");
+    // Three windows, each filled once, one after the other.
+    assert_eq!(started.elapsed(), Duration::from_millis(900));
+    assert_eq!(r.counters.errors_of(ErrorKind::Disk), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resident_range_goes_at_once() {
+    let dir = content();
+    let pages = memory_pages(300);
+    let ino = std::fs::metadata(dir.path().join("c")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    pages.make_resident((ino.dev(), ino.ino()), 0, 20_000);
+    let started = tokio::time::Instant::now();
+    let input: &[&[u8]] = &[b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"];
+    let r = serve_mock_with(dir.path(), Config::default(), input, true, Some(pages)).await;
+    assert_eq!(statuses(&r.out), ["200"]);
+    let big: String = (0..20_000u32).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    assert!(r.out.ends_with(&big), "the whole file");
+    assert_eq!(started.elapsed(), Duration::ZERO, "no fill waited for");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_fill_cuts_the_response_and_closes_the_connection() {
+    let dir = content();
+    let pages = memory_pages(300);
+    pages.failing.set(true);
+    // The second request never gets an answer: the connection closes after the first.
+    let input: &[&[u8]] = &[b"GET /c HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n"];
+    let r = serve_mock_with(dir.path(), Config::default(), input, true, Some(pages)).await;
+    assert_eq!(statuses(&r.out), ["200"], "the head is out before the body needs the disk");
+    assert!(r.out.contains("Content-Length: 20000\r\n"));
+    assert!(r.out.ends_with("\r\n\r\n"), "no body byte was sent, none made up: {}", r.out);
+    assert_eq!(r.counters.errors_of(ErrorKind::Disk), 1);
+    assert_eq!(r.linger, Some(true), "closed, with the next request unread");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fill_past_the_timeout_closes_the_connection() {
+    let dir = content();
+    let started = tokio::time::Instant::now();
+    let input: &[&[u8]] = &[b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"];
+    let r = serve_mock_with(dir.path(), Config::default(), input, true, Some(memory_pages(5000))).await;
+    assert_eq!(statuses(&r.out), ["200"]);
+    assert!(r.out.ends_with("\r\n\r\n"), "{}", r.out);
+    assert_eq!(started.elapsed(), Duration::from_secs(1), "waited for the fill timeout, no longer");
+    assert_eq!(r.counters.errors_of(ErrorKind::Disk), 1);
 }
