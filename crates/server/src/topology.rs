@@ -13,7 +13,7 @@
 //! on its own CPU only: `numa.pin`), the domain's NICs and disks. The server
 //! creates workers and listeners in plan order, so a worker's index is also its
 //! listener's position in each `SO_REUSEPORT` group, which the steering program
-//! (`server::steering`) relies on.
+//! (`server::listen::steering`) relies on.
 
 use std::path::Path;
 

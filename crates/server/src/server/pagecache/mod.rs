@@ -4,10 +4,10 @@
 //! `sendfile` and `preadv` on a page that is not resident block the calling thread
 //! for the disk read, and a worker's thread carries thousands of viewers, so a
 //! connection hands each body range to [`PageCache::send_range`], the one call this
-//! layer offers it. The real implementation, [`ColdPath`] ([`send`]), goes window
+//! layer offers it. The real implementation, [`ColdPath`] (`send`), goes window
 //! by window (`fill.window_bytes`, aligned in the file):
 //!
-//! 1. **Register** as a sender of the window ([`senders`]), so that no drop of the
+//! 1. **Register** as a sender of the window (`senders`), so that no drop of the
 //!    page-cache admission policy evicts it between the check and the send.
 //! 2. **Check** it ([`residency`]: a one-second memo per worker and open file, else
 //!    `cachestat` or sampled `RWF_NOWAIT` probes).
@@ -24,9 +24,9 @@
 //! snapshot for the admin endpoint, which never takes a lock a worker takes.
 //!
 //! This layer knows files only through [`FilePages`] and connections only through
-//! their [`Transport`]: it depends on neither the connection nor the open-file
+//! their `Transport`: it depends on neither the connection nor the open-file
 //! cache above it, and the connection's tests drive it with an in-memory page
-//! cache ([`memory`]) on tokio's paused clock.
+//! cache (`memory`) on tokio's paused clock.
 
 pub mod admission;
 pub mod devices;

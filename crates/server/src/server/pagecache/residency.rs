@@ -1,7 +1,7 @@
 //! "Is this range in the page cache?", asked before a worker sends it.
 //!
 //! The answer decides whether a body range goes to `sendfile`/`preadv` at once or
-//! waits for a fill (see [`super::fill`]). It must never block and must be cheap:
+//! waits for a fill (see [`super::pool`]). It must never block and must be cheap:
 //! it runs once per response on the hot path.
 //!
 //! Two ways, chosen per call (measurements in docs/PERFORMANCE.md):

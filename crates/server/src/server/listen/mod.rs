@@ -5,12 +5,14 @@
 //! whole group and so that a group's member order is the worker order (which a
 //! reuseport BPF program indexes by).
 
+pub mod steering;
+
 use std::net::{SocketAddr, TcpListener};
 
 use anyhow::Context;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::upgrade::{Inherited, Role};
+use crate::server::supervisor::upgrade::{Inherited, Role};
 
 /// One address's `SO_REUSEPORT` group: its sockets in member order.
 pub struct Group {

@@ -8,7 +8,7 @@
 //! open-file cache, the Date cache, the counters. The only things shared with
 //! other threads are the immutable [`Settings`], the counters' cache lines,
 //! which only this worker writes, and the per-client table of
-//! [`super::client_limits`], touched once at accept and once at close.
+//! [`client_limits`], touched once at accept and once at close.
 //!
 //! Shutdown, step by step:
 //! 1. the supervisor sends [`Control::Shutdown`];
@@ -19,6 +19,8 @@
 //! 4. when no connection is left, or the drain timeout passes, the event loop ends
 //!    and remaining connections are dropped.
 
+pub mod client_limits;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -28,20 +30,20 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
-use super::access_log::{AccessLog, WorkerLog};
-use super::client_limits::{ClientSlot, ClientTable};
-use super::conn;
-use super::files::FileCache;
-use super::pagecache::{ColdPath, FillPool};
-use super::settings::Settings;
 use crate::counters::tcp_info::{Chooser, Sampler};
 use crate::counters::{ErrorKind, Refusal, WorkerCounters};
+use crate::server::access_log::{AccessLog, WorkerLog};
+use crate::server::conn;
+use crate::server::files::FileCache;
+use crate::server::pagecache::{ColdPath, FillPool};
+use crate::server::settings::Settings;
 use crate::tls::handshake::{self, HandshakeError};
 use crate::tls::record::{cipher_parts, Protocol};
 use crate::transport::ktls::Ktls;
 use crate::transport::plain::Plain;
 use crate::transport::usertls::{RecordBuffers, UserTls};
 use crate::transport::SendLimits;
+use client_limits::{ClientSlot, ClientTable};
 
 /// Messages from the supervisor.
 pub enum Control {
