@@ -15,6 +15,7 @@
 //!    `multipart/byteranges` parts, with the Content-Length known up front.
 //! 5. [`response`] writes status lines and header fields into a reusable buffer;
 //!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates.
+//! 6. [`freshness`] reads how long a shared cache may keep an origin's response.
 //!
 //! Nothing here allocates per request once the reusable buffers have grown.
 #![forbid(unsafe_code)]
@@ -22,6 +23,7 @@
 pub mod body;
 pub mod conditional;
 pub mod date;
+pub mod freshness;
 pub mod mime;
 pub mod path;
 pub mod plan;
