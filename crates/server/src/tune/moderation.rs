@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use linerate_moderation::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
+use linerate_dim::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
 use linerate_sys::ethtool::Coalesce;
 
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
@@ -333,7 +333,7 @@ impl Controller {
         let counters = self.read_counters()?;
         let mut log = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let sample = linerate_moderation::Sample {
+            let sample = linerate_dim::Sample {
                 time_usecs: now_usecs,
                 packets: c.packets,
                 bytes: c.bytes,

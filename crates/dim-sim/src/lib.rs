@@ -1,8 +1,8 @@
 //! `linerate dim simulate`: a receive queue under ping-pong, bulk and changing
 //! traffic, with each static coalescing profile and with adaptive moderation, so the
-//! algorithm in `linerate-moderation` can be judged against the best fixed setting.
+//! algorithm in `linerate-dim` can be judged against the best fixed setting.
 //!
-//! The simulator is its own crate, not part of `linerate-moderation`, because it needs a
+//! The simulator is its own crate, not part of `linerate-dim`, because it needs a
 //! plotting library and a histogram; the algorithm crate and the server stay free of
 //! both.
 #![forbid(unsafe_code)]
@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use linerate_moderation::{Direction, ProfileTable, TimerMode, Tuner, TunerConfig};
+use linerate_dim::{Direction, ProfileTable, TimerMode, Tuner, TunerConfig};
 
 use queue::{simulate, Costs, Moderation, Outcome};
 use traffic::{Flow, Traffic, TrafficModel};

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
-use linerate_moderation::{Profile, Sample, Tuner};
+use linerate_dim::{Profile, Sample, Tuner};
 
 use super::traffic::{Packet, Traffic};
 
