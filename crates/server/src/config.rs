@@ -78,7 +78,7 @@ pub struct Config {
     /// Disk reads off the workers: residency checks and the fill pool.
     pub fill: Fill,
     /// Interrupt moderation controller for NICs (`[dim]`, see docs/DIM.md).
-    pub dim: ModerationConfig,
+    pub dim: Dim,
     pub log: Log,
     /// One record per response, written off the workers (`[access_log]`).
     pub access_log: AccessLog,
@@ -529,10 +529,10 @@ impl Default for Fill {
 }
 
 /// The `[dim]` section (dynamic interrupt moderation, docs/DIM.md): the NICs whose
-/// interrupt coalescing the server drives while it runs (`tune::moderation::spawn`).
+/// interrupt coalescing the server drives while it runs (`tune::dim::spawn`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ModerationConfig {
+pub struct Dim {
     /// Interfaces to drive; empty = off.
     pub interfaces: Vec<String>,
     #[serde(with = "humantime_serde")]
@@ -541,14 +541,9 @@ pub struct ModerationConfig {
     pub take_over: bool,
 }
 
-impl Default for ModerationConfig {
-    fn default() -> ModerationConfig {
-        ModerationConfig {
-            interfaces: Vec::new(),
-            interval: Duration::from_millis(100),
-            max_writes_per_sec: 10.0,
-            take_over: false,
-        }
+impl Default for Dim {
+    fn default() -> Dim {
+        Dim { interfaces: Vec::new(), interval: Duration::from_millis(100), max_writes_per_sec: 10.0, take_over: false }
     }
 }
 
@@ -1177,10 +1172,10 @@ mod tests {
 
     #[test]
     fn dim_section_parses() {
-        let c: ModerationConfig = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
+        let c: Dim = toml::from_str("interfaces = [\"eth0\"]\ninterval = \"250ms\"\n").unwrap();
         assert_eq!(c.interval, Duration::from_millis(250));
         assert_eq!(c.max_writes_per_sec, 10.0);
-        assert!(toml::from_str::<ModerationConfig>("bogus = 1").is_err());
+        assert!(toml::from_str::<Dim>("bogus = 1").is_err());
     }
 
     #[test]

@@ -481,13 +481,13 @@ fn certificates_of(settings: &Settings) -> Vec<crate::tls::certs::CertExpiry> {
 /// The interrupt-moderation controllers, stopped (NICs restored) around an upgrade.
 struct Dim {
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<anyhow::Result<crate::tune::moderation::Summary>>>,
+    threads: Vec<std::thread::JoinHandle<anyhow::Result<crate::tune::dim::Summary>>>,
 }
 
 impl Dim {
-    fn start(config: &crate::config::ModerationConfig) -> Dim {
+    fn start(config: &crate::config::Dim) -> Dim {
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = crate::tune::moderation::spawn(config, stop.clone());
+        let threads = crate::tune::dim::spawn(config, stop.clone());
         Dim { stop, threads }
     }
 

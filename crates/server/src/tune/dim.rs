@@ -25,7 +25,7 @@ use linerate_sys::ethtool::Coalesce;
 
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
 use super::queue_counters::{self, QueueCounters};
-use crate::config::ModerationConfig;
+use crate::config::Dim;
 use crate::sysfs::{Host, InterruptLine};
 
 /// How one controller runs: on which interface, how often, for how long.
@@ -49,10 +49,7 @@ pub struct Options {
 /// Starts one controller thread per configured interface; each runs until `stop`
 /// is set, then restores the interface's settings. A thread whose NIC adapts by
 /// itself returns at once with [`Summary::stood_aside`] set.
-pub fn spawn(
-    config: &ModerationConfig,
-    stop: Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
+pub fn spawn(config: &Dim, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
     config
         .interfaces
         .iter()
@@ -719,6 +716,6 @@ mod tests {
 
     #[test]
     fn spawns_nothing_without_interfaces() {
-        assert!(spawn(&ModerationConfig::default(), Arc::new(AtomicBool::new(true))).is_empty());
+        assert!(spawn(&Dim::default(), Arc::new(AtomicBool::new(true))).is_empty());
     }
 }
