@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use linerate_urlauth::Rules;
 use serde::{Deserialize, Serialize};
 
 mod admin;
@@ -25,7 +27,7 @@ mod limits;
 mod log;
 mod numa;
 mod open_file_cache;
-pub mod signed;
+mod signed;
 mod tcp;
 mod timeouts;
 mod tls;
@@ -115,6 +117,35 @@ pub struct Config {
     /// Signed-URL rules by path prefix (`[[signed]]`, see docs/SIGNED-URLS.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub signed: Vec<SignedRule>,
+    /// What validation built from the keys above, for the server to take
+    /// ([`Config::signed_rules`]); not part of the file.
+    #[serde(skip)]
+    pub built: Built,
+}
+
+/// What validating a configuration builds, kept so that the server takes it rather
+/// than build it again: the signed-URL rules, whose secret files are read and decoded
+/// once per loaded configuration.
+#[derive(Clone, Default)]
+pub struct Built {
+    /// The `[[signed]]` tables the rules were built from, and the rules.
+    signed: OnceLock<(Vec<SignedRule>, Arc<Rules>)>,
+}
+
+/// Always equal: what is built follows from the configuration's keys, which is what
+/// configurations are compared by (a reload compares sections, the fuzz target
+/// printed and parsed copies).
+impl PartialEq for Built {
+    fn eq(&self, _: &Built) -> bool {
+        true
+    }
+}
+
+/// Shows nothing: the rules hold secrets, and follow from the keys anyway.
+impl fmt::Debug for Built {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Built").finish_non_exhaustive()
+    }
 }
 
 /// Where plain HTTP listens when no address at all is configured.
@@ -207,6 +238,7 @@ impl Default for Config {
             access_log: AccessLog::default(),
             mime: BTreeMap::new(),
             signed: Vec::new(),
+            built: Built::default(),
         }
     }
 }
@@ -304,7 +336,8 @@ impl Config {
     }
 
     /// Checks every value; returns the first bad key and why. The top-level keys are
-    /// checked here, each section by its own `validate`.
+    /// checked here, each section by its own `validate`, and `[[signed]]` by building
+    /// its rules, which are kept for [`Config::signed_rules`].
     pub fn validate(&self) -> Result<(), (String, String)> {
         match &self.root {
             None => {
@@ -365,8 +398,25 @@ impl Config {
             file_name("pid_file", pid_file)?;
         }
         self.log.validate()?;
-        signed::rules(&self.signed)?;
+        self.signed_rules()?;
         Ok(())
+    }
+
+    /// The signed-URL rules of `signed`, as validation built them: loading reads the
+    /// secret files once, and a reload loads a new configuration, so it reads them
+    /// again (that is how keys rotate). Built now when validation has not run, or
+    /// when `signed` has changed since.
+    pub fn signed_rules(&self) -> Result<Arc<Rules>, (String, String)> {
+        if let Some((tables, rules)) = self.built.signed.get() {
+            if *tables == self.signed {
+                return Ok(rules.clone());
+            }
+        }
+        let rules = Arc::new(signed::rules(&self.signed)?);
+        // Already set only when `signed` changed after a validation: those rules
+        // stay, for the tables they were built from.
+        let _ = self.built.signed.set((self.signed.clone(), rules.clone()));
+        Ok(rules)
     }
 
     /// The effective configuration as TOML (for `--check-config`).

@@ -115,7 +115,7 @@ impl Serialize for Secret {
 
 /// Builds the rules of a configuration, reading key files. The error is the key at
 /// fault (`signed[N].field`) and the problem.
-pub fn rules(config: &[SignedRule]) -> Result<Rules, Bad> {
+pub(super) fn rules(config: &[SignedRule]) -> Result<Rules, Bad> {
     let mut rules = Rules::new();
     for (i, rule) in config.iter().enumerate() {
         let policy = policy(i, rule)?;
@@ -264,7 +264,7 @@ fn decode_hex(text: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, Overrides, DEFAULT_LISTEN};
 
     fn parse(toml: &str) -> Vec<SignedRule> {
         Config::from_toml(toml).unwrap_or_else(|e| panic!("{e:?}")).signed
@@ -438,5 +438,46 @@ mod tests {
             assert!(!shown.contains("do-not-print"), "{shown}");
             assert!(shown.contains(crate::config::REDACTED), "{shown}");
         }
+    }
+
+    /// Validation builds the rules and the server takes them (`Settings::new` calls
+    /// `Config::signed_rules`), so a load reads the secret files once; a reload loads
+    /// again and reads them again, which is how keys rotate.
+    #[test]
+    fn a_load_reads_secret_files_once_and_the_next_load_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("k1");
+        std::fs::write(&secret, "k1-secret-0123456789abcdef012345\n").unwrap();
+        let file = dir.path().join("linerate.toml");
+        let keys = format!("keys = [{{ id = \"k1\", secret_file = {secret:?} }}]");
+        let text = format!("root = {:?}\n[[signed]]\nprefix = \"/p/\"\nmode = \"token\"\n{keys}\n", dir.path());
+        std::fs::write(&file, text).unwrap();
+        let config = Config::load(Some(&file), &Overrides::default()).unwrap();
+        std::fs::remove_file(&secret).unwrap();
+        let rules = config.signed_rules().expect("the rules validation built");
+        let Some(Policy::Token(t)) = rules.find(b"/p/a.mp4") else { panic!("token rule") };
+        assert_eq!(t.keys().map(Key::id).collect::<Vec<_>>(), ["k1"]);
+        for shown in [config.to_toml(), format!("{config:?}")] {
+            assert!(!shown.contains("k1-secret"), "{shown}");
+        }
+        let e = Config::load(Some(&file), &Overrides::default()).expect_err("the next load reads the file again");
+        assert_eq!(e.key, "signed[0].keys[0].secret_file");
+        assert!(e.problem.contains("cannot read"), "{}", e.problem);
+    }
+
+    /// Rules are handed out only for the tables they were built from: a configuration
+    /// whose `signed` changed after validation gets rules of its own.
+    #[test]
+    fn rules_follow_the_tables_they_were_built_from() {
+        let base = Config {
+            root: Some(std::env::temp_dir()),
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            ..Config::default()
+        };
+        base.validate().unwrap();
+        let signed = parse("[[signed]]\nprefix = \"/s/\"\nmode = \"secure_link\"\nexpression = \"$uri secret\"\n");
+        let changed = Config { signed, ..base.clone() };
+        assert!(base.signed_rules().unwrap().find(b"/s/a").is_none());
+        assert!(matches!(changed.signed_rules().unwrap().find(b"/s/a"), Some(Policy::SecureLink(_))));
     }
 }
