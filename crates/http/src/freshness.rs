@@ -103,7 +103,12 @@ fn parse_delta(v: &[u8]) -> Option<u64> {
         return None;
     }
     let clamp = 1u64 << 31;
-    Some(v.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0'))).unwrap_or(clamp).min(clamp))
+    Some(
+        v.iter()
+            .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            .unwrap_or(clamp)
+            .min(clamp),
+    )
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use clap::{Args, Parser, Subcommand};
 
 use linerate::config::{Config, LogFormat, Overrides};
 use linerate::{demo, server};
+use linerate_dim_sim as dim_sim;
 use linerate_loadgen as bench;
-use linerate_moderation_sim as moderation_sim;
 
 #[derive(Parser)]
 #[command(name = "linerate", version, about = "An edge server for bulk media delivery")]
@@ -38,7 +38,7 @@ enum Command {
     /// and predict what it can serve per transport mode, naming the limit.
     Capacity(capacity::CapacityArgs),
     /// Dynamic interrupt moderation tools (`dim simulate`).
-    Dim(moderation_sim::DimArgs),
+    Dim(dim_sim::DimArgs),
     /// Check (and with --apply, change) host settings a serving box depends on;
     /// `tune dim` runs the interrupt-moderation controller on a NIC.
     Tune(tune::TuneArgs),
@@ -130,7 +130,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => stat::run(args),
         Command::Topo(args) => topo::run(args),
         Command::Capacity(args) => capacity::run(args),
-        Command::Dim(args) => moderation_sim::run(args),
+        Command::Dim(args) => dim_sim::run(args),
         Command::Tune(args) => tune::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Chart(args) => bench::chart::run(args),

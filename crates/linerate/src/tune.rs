@@ -1,6 +1,6 @@
 //! `linerate tune`: the command line of the host checks (`linerate::tune`) and of
 //! `linerate tune dim`, the interrupt-moderation controller run in the foreground
-//! (`linerate::tune::moderation`).
+//! (`linerate::tune::dim`).
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use linerate::tune::{self, moderation};
+use linerate::tune::{self, dim};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -77,7 +77,7 @@ fn run_dim(args: &DimArgs) -> anyhow::Result<()> {
         args.duration.is_some() || args.count.is_some(),
         "give --duration or --count so the controller stops by itself (SIGINT/SIGTERM stop it too)"
     );
-    let opts = moderation::Options {
+    let opts = dim::Options {
         iface: args.iface.clone(),
         interval: args.interval,
         duration: args.duration,
@@ -89,7 +89,7 @@ fn run_dim(args: &DimArgs) -> anyhow::Result<()> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
-    let summary = moderation::run_until(&opts, &stop, |line| println!("{line}"))?;
+    let summary = dim::run_until(&opts, &stop, |line| println!("{line}"))?;
     match summary.stood_aside {
         Some(why) => println!("{}: standing aside: {why}", args.iface),
         None => println!(

@@ -27,7 +27,7 @@
 # hardware (interrupts far closer together than 256 µs under bulk) the same script
 # is a real test.
 . /vm/lib.sh
-. /vm/moderation.sh
+. /vm/dim.sh
 
 IF=srv0
 expect_eq "driver of $IF" "$("$ETHTOOL" -i $IF | awk '/^driver:/ { print $2 }')" e1000e

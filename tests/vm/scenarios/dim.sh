@@ -17,7 +17,7 @@
 # interrupts* is scenario dim-traffic, which cannot pass honestly under TCG (see
 # there).
 . /vm/lib.sh
-. /vm/moderation.sh
+. /vm/dim.sh
 
 IF=srv0
 driver=$("$ETHTOOL" -i $IF | awk '/^driver:/ { print $2 }')

@@ -1,21 +1,121 @@
-//! Signed-URL rules from the configuration (`[[signed]]`): secrets read from their
-//! files, policies built by `linerate-urlauth`, every error naming its key
-//! (`signed[0].keys[1].secret_file`). The checks themselves are `linerate-urlauth`'s;
-//! `server::conn` calls them between path normalisation and opening the file.
+//! `[[signed]]`: signed-URL rules by path prefix, their keys and secrets (never
+//! shown: [`Secret`]), and the `linerate-urlauth` rules built from them: secrets
+//! read from their files, policies built by `linerate-urlauth`, every error naming
+//! its key (`signed[0].keys[1].secret_file`). The checks themselves are
+//! `linerate-urlauth`'s; `server::conn` calls them between path normalisation and
+//! opening the file.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use linerate_urlauth::{Key, Policy, PolicyError, Rules, SecureLink, SecureLinkSpec, TokenAuth, TokenSpec};
+use serde::{Deserialize, Serialize};
 
-use super::{SecretEncoding, SignedKey, SignedMode, SignedRule};
+use super::{bad, Bad};
 
-type Bad = (String, String);
+/// How requests under a signed-URL rule's prefix are checked.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SignedMode {
+    /// nginx `secure_link` compatible MD5 links.
+    SecureLink,
+    /// HMAC-SHA256 tokens with a path ACL.
+    Token,
+    /// No signature needed (a prefix opened inside a signed one).
+    Open,
+}
 
-fn bad<T>(key: String, problem: impl Into<String>) -> Result<T, Bad> {
-    Err((key, problem.into()))
+/// One `[[signed]]` rule. Keys that do not apply to its mode are refused; absent
+/// ones take the defaults in docs/CONFIG.md.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedRule {
+    /// The decoded path prefix the rule covers, on segment boundaries.
+    pub prefix: String,
+    pub mode: SignedMode,
+    /// Keys valid at once (rotation); `secure_link` puts each in `$secret`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<SignedKey>,
+    /// `secure_link`: the `secure_link_md5` expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+    /// `secure_link`: the query argument holding the hash (`md5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_arg: Option<String>,
+    /// `secure_link`: the query argument holding the expiry (`expires`); empty: links
+    /// never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_arg: Option<String>,
+    /// `token`: the query argument carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_arg: Option<String>,
+    /// `token`: the cookie carrying the token (`__token__`); empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+    /// `token`: refuse tokens that are not bound to a client address (`ip=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_client_address: Option<bool>,
+    /// `token`: clock difference with the signers tolerated on `st` and `exp`.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub leeway: Option<Duration>,
+}
+
+/// A signing key: an id and a secret, given inline or in a file of its own.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SignedKey {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+    /// A file whose contents (less one trailing newline) are the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "SecretEncoding::is_text")]
+    pub encoding: SecretEncoding,
+}
+
+/// How a secret's text becomes its bytes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEncoding {
+    /// The bytes of the text.
+    #[default]
+    Text,
+    /// Hex digits, two per byte (as EdgeAuth keys are written).
+    Hex,
+}
+
+impl SecretEncoding {
+    fn is_text(&self) -> bool {
+        *self == SecretEncoding::Text
+    }
+}
+
+/// A secret written in the configuration. Never shown: `Debug` and the printed
+/// configuration (`--check-config`) say `<redacted>`.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+/// What a [`Secret`] prints as.
+pub const REDACTED: &str = "<redacted>";
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(REDACTED)
+    }
 }
 
 /// Builds the rules of a configuration, reading key files. The error is the key at
 /// fault (`signed[N].field`) and the problem.
-pub fn rules(config: &[SignedRule]) -> Result<Rules, Bad> {
+pub(super) fn rules(config: &[SignedRule]) -> Result<Rules, Bad> {
     let mut rules = Rules::new();
     for (i, rule) in config.iter().enumerate() {
         let policy = policy(i, rule)?;
@@ -164,7 +264,7 @@ fn decode_hex(text: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, Overrides, DEFAULT_LISTEN};
 
     fn parse(toml: &str) -> Vec<SignedRule> {
         Config::from_toml(toml).unwrap_or_else(|e| panic!("{e:?}")).signed
@@ -338,5 +438,46 @@ mod tests {
             assert!(!shown.contains("do-not-print"), "{shown}");
             assert!(shown.contains(crate::config::REDACTED), "{shown}");
         }
+    }
+
+    /// Validation builds the rules and the server takes them (`Settings::new` calls
+    /// `Config::signed_rules`), so a load reads the secret files once; a reload loads
+    /// again and reads them again, which is how keys rotate.
+    #[test]
+    fn a_load_reads_secret_files_once_and_the_next_load_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("k1");
+        std::fs::write(&secret, "k1-secret-0123456789abcdef012345\n").unwrap();
+        let file = dir.path().join("linerate.toml");
+        let keys = format!("keys = [{{ id = \"k1\", secret_file = {secret:?} }}]");
+        let text = format!("root = {:?}\n[[signed]]\nprefix = \"/p/\"\nmode = \"token\"\n{keys}\n", dir.path());
+        std::fs::write(&file, text).unwrap();
+        let config = Config::load(Some(&file), &Overrides::default()).unwrap();
+        std::fs::remove_file(&secret).unwrap();
+        let rules = config.signed_rules().expect("the rules validation built");
+        let Some(Policy::Token(t)) = rules.find(b"/p/a.mp4") else { panic!("token rule") };
+        assert_eq!(t.keys().map(Key::id).collect::<Vec<_>>(), ["k1"]);
+        for shown in [config.to_toml(), format!("{config:?}")] {
+            assert!(!shown.contains("k1-secret"), "{shown}");
+        }
+        let e = Config::load(Some(&file), &Overrides::default()).expect_err("the next load reads the file again");
+        assert_eq!(e.key, "signed[0].keys[0].secret_file");
+        assert!(e.problem.contains("cannot read"), "{}", e.problem);
+    }
+
+    /// Rules are handed out only for the tables they were built from: a configuration
+    /// whose `signed` changed after validation gets rules of its own.
+    #[test]
+    fn rules_follow_the_tables_they_were_built_from() {
+        let base = Config {
+            root: Some(std::env::temp_dir()),
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            ..Config::default()
+        };
+        base.validate().unwrap();
+        let signed = parse("[[signed]]\nprefix = \"/s/\"\nmode = \"secure_link\"\nexpression = \"$uri secret\"\n");
+        let changed = Config { signed, ..base.clone() };
+        assert!(base.signed_rules().unwrap().find(b"/s/a").is_none());
+        assert!(matches!(changed.signed_rules().unwrap().find(b"/s/a"), Some(Policy::SecureLink(_))));
     }
 }

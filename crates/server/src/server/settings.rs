@@ -90,8 +90,7 @@ impl Settings {
             (false, Some(runtime)) => Some(TlsSettings::new(&config.tls, runtime)?),
             (false, None) => anyhow::bail!("HTTPS listeners without TLS start-up state"),
         };
-        let signed = crate::config::signed::rules(&config.signed)
-            .map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
+        let signed = config.signed_rules().map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
         Ok(Settings {
             config,
             root,
@@ -103,7 +102,7 @@ impl Settings {
             cors_fields,
             max_connections_per_worker,
             tls,
-            signed: Arc::new(signed),
+            signed,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
         })
     }

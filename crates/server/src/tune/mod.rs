@@ -1,7 +1,7 @@
 //! `linerate tune`: checks a host for what a media-serving box depends on (kTLS,
 //! interrupt placement, steering, offloads, pacing, backlogs, memory headroom,
 //! open files), explains each finding, and with `--apply` makes the changes it can,
-//! recording the old values so `--revert` restores them. [`moderation`] is the
+//! recording the old values so `--revert` restores them. [`dim`] is the
 //! interrupt-moderation controller (`linerate tune dim`, the `[dim]` section).
 //!
 //! Everything is read under `--sysroot` (default `/`), so the checks run unchanged
@@ -11,7 +11,7 @@ mod checks;
 pub(crate) mod features;
 mod queue_counters;
 
-pub mod moderation;
+pub mod dim;
 mod nic;
 mod state;
 

@@ -1,4 +1,4 @@
-//! The NIC operations the moderation controller needs, behind a trait so the
+//! The NIC operations the DIM controller needs, behind a trait so the
 //! controller's logic is tested against a scripted NIC.
 
 use std::io;

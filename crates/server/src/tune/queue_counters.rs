@@ -1,4 +1,4 @@
-//! Per-queue receive counters for the moderation controller: packets and bytes
+//! Per-queue receive counters for the DIM controller: packets and bytes
 //! from the driver's statistics (`ethtool -S` names such as `rx_queue_3_packets`,
 //! `rx3_bytes`, `rx-3.packets`) or, without per-queue names, the device totals in
 //! `/sys/class/net/IF/statistics`; interrupts from `/proc/interrupts`.

@@ -301,16 +301,16 @@ fn certificates_of(settings: &Settings) -> Vec<crate::tls::certs::CertExpiry> {
     settings.tls.as_ref().map(|t| t.expiry.clone()).unwrap_or_default()
 }
 
-/// The interrupt-moderation controllers, stopped (NICs restored) around an upgrade.
+/// The DIM controllers, stopped (NICs restored) around an upgrade.
 struct Dim {
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<anyhow::Result<crate::tune::moderation::Summary>>>,
+    threads: Vec<std::thread::JoinHandle<anyhow::Result<crate::tune::dim::Summary>>>,
 }
 
 impl Dim {
-    fn start(config: &crate::config::ModerationConfig) -> Dim {
+    fn start(config: &crate::config::Dim) -> Dim {
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = crate::tune::moderation::spawn(config, stop.clone());
+        let threads = crate::tune::dim::spawn(config, stop.clone());
         Dim { stop, threads }
     }
 

@@ -3,7 +3,7 @@
 //! sockets (bound, or taken over from the previous process at an upgrade), the
 //! steering program, the fill pool and the access log, the admin socket, the
 //! workers (started, and waited for until each accepts), the admin endpoint, and
-//! the interrupt-moderation controllers. Then the addresses are printed and the
+//! the DIM controllers (`[dim]`). Then the addresses are printed and the
 //! service manager is told the process is ready.
 
 use std::collections::VecDeque;

@@ -1,7 +1,7 @@
 //! Behaviour of a tuner against synthetic queues, and the "never out of range, never
 //! panics" property for arbitrary sample sequences.
 
-use linerate_moderation::{Direction, Profile, ProfileTable, Sample, TimerMode, TuneState, Tuner, TunerConfig};
+use linerate_dim::{Direction, Profile, ProfileTable, Sample, TimerMode, TuneState, Tuner, TunerConfig};
 use proptest::prelude::*;
 
 fn rx_table() -> ProfileTable {

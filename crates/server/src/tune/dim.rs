@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use linerate_moderation::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
+use linerate_dim::{Direction, Profile, ProfileTable, TimerMode, Tuner, TunerConfig};
 use linerate_sys::ethtool::Coalesce;
 
 use super::nic::{quirks, DriverQuirks, LiveNic, NicControl};
 use super::queue_counters::{self, QueueCounters};
-use crate::config::ModerationConfig;
+use crate::config::Dim;
 use crate::sysfs::{Host, InterruptLine};
 
 /// How one controller runs: on which interface, how often, for how long.
@@ -49,10 +49,7 @@ pub struct Options {
 /// Starts one controller thread per configured interface; each runs until `stop`
 /// is set, then restores the interface's settings. A thread whose NIC adapts by
 /// itself returns at once with [`Summary::stood_aside`] set.
-pub fn spawn(
-    config: &ModerationConfig,
-    stop: Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
+pub fn spawn(config: &Dim, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<anyhow::Result<Summary>>> {
     config
         .interfaces
         .iter()
@@ -333,7 +330,7 @@ impl Controller {
         let counters = self.read_counters()?;
         let mut log = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let sample = linerate_moderation::Sample {
+            let sample = linerate_dim::Sample {
                 time_usecs: now_usecs,
                 packets: c.packets,
                 bytes: c.bytes,
@@ -719,6 +716,6 @@ mod tests {
 
     #[test]
     fn spawns_nothing_without_interfaces() {
-        assert!(spawn(&ModerationConfig::default(), Arc::new(AtomicBool::new(true))).is_empty());
+        assert!(spawn(&Dim::default(), Arc::new(AtomicBool::new(true))).is_empty());
     }
 }

@@ -1,7 +1,7 @@
-# Helpers for the interrupt-moderation scenarios (dim, dim-traffic), sourced
-# after /vm/lib.sh. They drive `linerate tune dim` (crates/server/src/tune/
-# moderation.rs) against the e1000e of cable 0 (srv0) and read back what the driver
-# really holds with `ethtool -c`.
+# Helpers for the DIM scenarios (dim, dim-traffic), sourced after /vm/lib.sh.
+# They drive `linerate tune dim` (crates/server/src/tune/dim.rs) against the
+# e1000e of cable 0 (srv0) and read back what the driver really holds with
+# `ethtool -c`.
 
 # rx_usecs IF: the receive interrupt timer the driver reports.
 rx_usecs() { "$ETHTOOL" -c "$1" | awk '/^rx-usecs:/ { print $2 }'; }

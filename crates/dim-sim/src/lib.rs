@@ -1,8 +1,8 @@
 //! `linerate dim simulate`: a receive queue under ping-pong, bulk and changing
 //! traffic, with each static coalescing profile and with adaptive moderation, so the
-//! algorithm in `linerate-moderation` can be judged against the best fixed setting.
+//! algorithm in `linerate-dim` can be judged against the best fixed setting.
 //!
-//! The simulator is its own crate, not part of `linerate-moderation`, because it needs a
+//! The simulator is its own crate, not part of `linerate-dim`, because it needs a
 //! plotting library and a histogram; the algorithm crate and the server stay free of
 //! both.
 #![forbid(unsafe_code)]
@@ -15,9 +15,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use linerate_moderation::{Direction, ProfileTable, TimerMode, Tuner, TunerConfig};
+use linerate_dim::{Direction, ProfileTable, TimerMode, Tuner, TunerConfig};
 
-use queue::{simulate, Costs, Moderation, Outcome};
+use queue::{simulate, Coalescing, Costs, Outcome};
 use traffic::{Flow, Traffic, TrafficModel};
 
 #[derive(Args)]
@@ -106,13 +106,13 @@ impl Policy {
         }
     }
 
-    fn moderation(&self, tick_ns: u64) -> Moderation {
-        let adaptive = |config, sample_every_ns| Moderation::Adaptive {
+    fn coalescing(&self, tick_ns: u64) -> Coalescing {
+        let adaptive = |config, sample_every_ns| Coalescing::Adaptive {
             tuner: Box::new(Tuner::new(table(), config)),
             sample_every_ns,
         };
         match self {
-            Policy::Static(i) => Moderation::Static(table().profile(*i)),
+            Policy::Static(i) => Coalescing::Static(table().profile(*i)),
             Policy::DriverRules => adaptive(TunerConfig::DRIVER, 0),
             Policy::Linerate => adaptive(TunerConfig::default(), 0),
             Policy::Controller => adaptive(TunerConfig::default(), tick_ns),
@@ -154,8 +154,8 @@ fn simulate_all(a: &SimulateArgs) -> anyhow::Result<String> {
     let mut rr_out = Vec::new();
     let mut bulk_out = Vec::new();
     for p in &policies {
-        rr_out.push(simulate(&mut rr(a.seed), costs, p.moderation(tick_ns), phase_ns));
-        bulk_out.push(simulate(&mut bulk(a.seed), costs, p.moderation(tick_ns), phase_ns));
+        rr_out.push(simulate(&mut rr(a.seed), costs, p.coalescing(tick_ns), phase_ns));
+        bulk_out.push(simulate(&mut bulk(a.seed), costs, p.coalescing(tick_ns), phase_ns));
     }
 
     let mut r = String::new();
@@ -223,7 +223,7 @@ fn simulate_all(a: &SimulateArgs) -> anyhow::Result<String> {
     };
     let adaptive = [Policy::Linerate, Policy::DriverRules, Policy::Controller];
     let runs: Vec<Outcome> =
-        adaptive.iter().map(|p| simulate(&mut changing(a.seed), costs, p.moderation(tick_ns), 3 * phase_ns)).collect();
+        adaptive.iter().map(|p| simulate(&mut changing(a.seed), costs, p.coalescing(tick_ns), 3 * phase_ns)).collect();
     writeln!(r, "\nRR -> bulk -> RR ({} s each): profile index at the end of each phase.\n", a.seconds)?;
     writeln!(r, "| policy | after RR | after bulk | after RR again | profile writes |")?;
     writeln!(r, "|---|---:|---:|---:|---:|")?;

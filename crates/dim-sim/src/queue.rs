@@ -1,12 +1,12 @@
 //! One receive queue on one CPU: a ring, an interrupt-coalescing timer and frame
-//! cap, NAPI polling with a budget, and a moderation policy (a fixed profile or a
+//! cap, NAPI polling with a budget, and a coalescing policy (a fixed profile or a
 //! DIM tuner fed at the end of every poll, as drivers do, or on a slower tick, as a
 //! user-space controller does).
 
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
-use linerate_moderation::{Profile, Sample, Tuner};
+use linerate_dim::{Profile, Sample, Tuner};
 
 use super::traffic::{Packet, Traffic};
 
@@ -33,7 +33,7 @@ impl Default for Costs {
 const NAPI_BUDGET: usize = 64;
 
 /// How the queue's coalescing is chosen.
-pub enum Moderation {
+pub enum Coalescing {
     Static(Profile),
     /// `sample_every_ns == 0`: a sample after every poll (in-driver DIM);
     /// otherwise at most one sample per period (a user-space controller).
@@ -43,11 +43,11 @@ pub enum Moderation {
     },
 }
 
-impl Moderation {
+impl Coalescing {
     fn profile(&self) -> Profile {
         match self {
-            Moderation::Static(p) => *p,
-            Moderation::Adaptive { tuner, .. } => tuner.profile(),
+            Coalescing::Static(p) => *p,
+            Coalescing::Adaptive { tuner, .. } => tuner.profile(),
         }
     }
 }
@@ -89,7 +89,7 @@ fn histogram() -> Histogram<u64> {
 struct Queue<'a> {
     traffic: &'a mut Traffic,
     costs: Costs,
-    moderation: Moderation,
+    coalescing: Coalescing,
     ring: VecDeque<Packet>,
     timer_ns: Option<u64>,
     cpu_free_ns: u64,
@@ -98,15 +98,15 @@ struct Queue<'a> {
 }
 
 /// Runs the queue until `duration_ns` of simulated time.
-pub fn simulate(traffic: &mut Traffic, costs: Costs, moderation: Moderation, duration_ns: u64) -> Outcome {
-    let initial = match &moderation {
-        Moderation::Static(_) => 0,
-        Moderation::Adaptive { tuner, .. } => tuner.index(),
+pub fn simulate(traffic: &mut Traffic, costs: Costs, coalescing: Coalescing, duration_ns: u64) -> Outcome {
+    let initial = match &coalescing {
+        Coalescing::Static(_) => 0,
+        Coalescing::Adaptive { tuner, .. } => tuner.index(),
     };
     let mut q = Queue {
         traffic,
         costs,
-        moderation,
+        coalescing,
         ring: VecDeque::new(),
         timer_ns: None,
         cpu_free_ns: 0,
@@ -160,7 +160,7 @@ impl Queue<'_> {
         if self.ring.is_empty() {
             return;
         }
-        let p = self.moderation.profile();
+        let p = self.coalescing.profile();
         if p.usecs == 0 || self.ring.len() >= p.max_frames.max(1) as usize {
             self.timer_ns = Some(now_ns);
         } else if self.timer_ns.is_none() {
@@ -215,7 +215,7 @@ impl Queue<'_> {
     /// Feeds the tuner at the end of a poll; applies a new profile at once (the CPU
     /// pays for the write). Returns the time after any apply.
     fn sample(&mut self, now_ns: u64) -> u64 {
-        let Moderation::Adaptive { tuner, sample_every_ns } = &mut self.moderation else {
+        let Coalescing::Adaptive { tuner, sample_every_ns } = &mut self.coalescing else {
             return now_ns;
         };
         if now_ns < self.next_sample_ns {
@@ -246,7 +246,7 @@ mod tests {
     fn ping_pong(profile: Profile) -> Outcome {
         let mut t = Traffic::new(TrafficModel::default(), 3);
         t.add(Flow::PingPong, 0, u64::MAX);
-        simulate(&mut t, Costs::default(), Moderation::Static(profile), 100_000_000)
+        simulate(&mut t, Costs::default(), Coalescing::Static(profile), 100_000_000)
     }
 
     #[test]
@@ -265,7 +265,7 @@ mod tests {
     fn the_frame_cap_fires_before_the_timer() {
         let mut t = Traffic::new(TrafficModel { bulk_max_train: 1, ..TrafficModel::default() }, 3);
         t.add(Flow::Bulk { packets_per_sec: 200_000.0 }, 0, u64::MAX);
-        let out = simulate(&mut t, Costs::default(), Moderation::Static(Profile::new(10_000, 8)), 100_000_000);
+        let out = simulate(&mut t, Costs::default(), Coalescing::Static(Profile::new(10_000, 8)), 100_000_000);
         // Eight wait for the cap; the poll also takes what arrived while the
         // interrupt was being entered. Had the 10 ms timer fired, it would be ~2000.
         let per_irq = out.packets as f64 / out.interrupts as f64;
