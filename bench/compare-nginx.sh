@@ -44,25 +44,10 @@ cd "$(dirname "$0")/.."
 
 rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0 access_log=0 log_format=json range_bytes=2097152
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --proto) protos=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        --access-log) access_log=1 ;;
-        --log-format) log_format=$2; shift
-            case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac ;;
-        --range-bytes) range_bytes=$2; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,34 "--quick:quick=1 rounds=1 duration=2 files=2 file_mib=16" --rounds=rounds --duration=duration \
+    --workers=workers --conns=conns --proto=protos --dir=dir --bin=bin "--access-log:access_log=1" \
+    '--log-format=log_format:case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac' \
+    --range-bytes=range_bytes -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
 require_tools nginx wrk iperf3 openssl python3

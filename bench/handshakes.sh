@@ -40,22 +40,8 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 rounds=5 duration=10 workers=1 bench_workers=1 sessions=16 json="" bin="" profile=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) rounds=1 duration=4 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --bench-workers) bench_workers=$2; shift ;;
-        --sessions) sessions=$2; shift ;;
-        --json) json=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        --profile) profile=1 ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,34 "--quick:rounds=1 duration=4" --rounds=rounds --duration=duration --workers=workers \
+    --bench-workers=bench_workers --sessions=sessions --json=json --bin=bin --profile:profile=1 -- "$@"
 
 require_tools nginx openssl python3
 build_linerate

@@ -1,5 +1,44 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
+# parse_flags HELP SPEC... -- ARG...: a bench script's command line, parsed the same
+# way in every script. Flags apply in the order given, so a flag after a preset (such
+# as --quick) overrides what the preset set. Each SPEC is one flag:
+#   --name=var        the flag takes a value, stored in var;
+#   --name=var:CODE   the same, then CODE runs (a check, or a preset setting others);
+#   --name:CODE       the flag takes no value; CODE runs (`quick=1 rounds=1`).
+# HELP is either the lines of the script that -h and --help print (its header
+# comment, as sed's `2,34`; any other argument is then "unknown" and exits 2) or a
+# usage line, printed for -h, --help and any other argument alike, exit 2. A flag
+# missing its value exits 1.
+parse_flags() {
+    local _help=$1 _specs=() _spec _arg _found
+    shift
+    while [ "$1" != -- ]; do _specs+=("$1"); shift; done
+    shift
+    while [ $# -gt 0 ]; do
+        _arg=$1 _found=""
+        for _spec in "${_specs[@]}"; do
+            case "$_spec" in "$_arg="* | "$_arg:"*) _found=$_spec; break ;; esac
+        done
+        case "$_found" in
+            "")
+                if [[ ! $_help =~ ^[0-9]+,[0-9]+$ ]]; then echo "$_help" >&2; exit 2; fi
+                case "$_arg" in
+                    -h | --help) sed -n "${_help}p" "$0"; exit 0 ;;
+                    *) echo "unknown argument: $_arg" >&2; exit 2 ;;
+                esac ;;
+            "$_arg="*)
+                [ $# -ge 2 ] || { echo "$_arg needs a value" >&2; exit 1; }
+                _spec=${_found#"$_arg="}
+                printf -v "${_spec%%:*}" '%s' "$2"
+                shift
+                [ "$_spec" = "${_spec#*:}" ] || eval "${_spec#*:}" ;;
+            *) eval "${_found#"$_arg:"}" ;;
+        esac
+        shift
+    done
+}
+
 # require_tools TOOL...: exits with a clear message when one is missing.
 require_tools() {
     local t

@@ -23,20 +23,8 @@ cd "$(dirname "$0")/.."
 
 rounds=3 duration=10 workers=2 conns="16 256" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,21 "--quick:quick=1 rounds=1 duration=2 files=2 file_mib=16" --rounds=rounds --duration=duration \
+    --workers=workers --conns=conns --dir=dir --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
 require_tools wrk python3

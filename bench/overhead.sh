@@ -27,23 +27,9 @@ cd "$(dirname "$0")/.."
 
 rounds=5 duration=10 conns=16 bin="" files=8 file_mib=256 dir="${TMPDIR:-/tmp}/linerate-bench" feature=stats
 base_bin="" range_mib=2
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --feature) feature=$2; shift ;;
-        --base-bin) base_bin=$2; shift ;;
-        --range-mib) range_mib=$2; shift ;;
-        --files) files=$2; shift ;;
-        --file-mib) file_mib=$2; shift ;;
-        --quick) rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick" ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,26 --feature=feature --base-bin=base_bin --range-mib=range_mib --files=files --file-mib=file_mib \
+    '--quick:rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick"' --rounds=rounds --duration=duration \
+    --conns=conns --bin=bin -- "$@"
 require_tools wrk curl python3
 build_linerate
 

@@ -16,16 +16,8 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 duration=60 reloads=10 upgrades=3 sessions=100 bitrate=8 bin=
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) duration=15 reloads=4 upgrades=1 sessions=12 ;;
-        --bin) bin=$2; shift ;;
-        --sessions) sessions=$2; shift ;;
-        --bitrate-mbps) bitrate=$2; shift ;;
-        *) echo "usage: bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags "usage: bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]" \
+    "--quick:duration=15 reloads=4 upgrades=1 sessions=12" --bin=bin --sessions=sessions --bitrate-mbps=bitrate -- "$@"
 require_tools openssl curl
 build_linerate
 start_work
