@@ -93,17 +93,26 @@ make_content() {
     done
 }
 
-# make_test_cert DIR: a test CA (DIR/ca.pem) and a server certificate for 127.0.0.1
-# and localhost signed by it (DIR/cert.pem, DIR/key.pem).
+# make_test_cert DIR [CA_NAME NAME SAN]: a test CA (DIR/ca.pem, DIR/ca.key, named CA_NAME,
+# default "bench test CA") and a 30-day server certificate signed by it (sign_test_cert),
+# for 127.0.0.1 and localhost unless NAME and SAN say otherwise.
 make_test_cert() {
     local d=$1
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=bench test CA" \
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=${2:-bench test CA}" \
         -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-        -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$d/ext.cnf"
-    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
-        -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
+    sign_test_cert "$d" "" 30 "${3:-localhost}" "${4:-IP:127.0.0.1,DNS:localhost}"
+}
+
+# sign_test_cert DIR SUFFIX DAYS NAME SAN: a server certificate for NAME (common name)
+# and SAN (subjectAltName) valid for DAYS days, signed by make_test_cert's CA in DIR:
+# DIR/certSUFFIX.pem and DIR/keySUFFIX.pem (DIR/ext.cnf holds its extensions).
+sign_test_cert() {
+    local d=$1 s=$2
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$4" \
+        -keyout "$d/key$s.pem" -out "$d/server$s.csr" 2>/dev/null
+    printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$5" > "$d/ext.cnf"
+    openssl x509 -req -in "$d/server$s.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days "$3" \
+        -extfile "$d/ext.cnf" -out "$d/cert$s.pem" 2>/dev/null
 }
 
 # write_range_lua FILE FILES [BYTES]: a wrk script asking `Range: bytes=0-(BYTES-1)`

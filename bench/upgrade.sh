@@ -28,10 +28,7 @@ make_content "$work/root" 8 8 t
 make_test_cert "$work"
 # A second certificate from the same CA, expiring ten days earlier (so /metrics tells
 # which one is in use).
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-    -keyout "$work/key2.pem" -out "$work/server2.csr" 2>/dev/null
-openssl x509 -req -in "$work/server2.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 20 \
-    -extfile "$work/ext.cnf" -out "$work/cert2.pem" 2>/dev/null
+sign_test_cert "$work" 2 20 localhost IP:127.0.0.1,DNS:localhost
 
 config() { # N: configuration N % 2 (cache_control and certificate differ)
     local cert=cert.pem key=key.pem
