@@ -130,10 +130,7 @@ done
 # CPU ticks of a server: for nginx, the master and all its workers.
 server_ticks() {
     case "$1" in
-        nginx|nginx-log)
-            local t=0
-            for p in $(pgrep -P "$nginx_master") "$nginx_master"; do t=$((t + $(proc_ticks "$p"))); done
-            echo "$t" ;;
+        nginx|nginx-log) tree_ticks "$nginx_master" ;;
         linerate) proc_ticks "$linerate_pid" ;;
         linerate-log) proc_ticks "$linerate_log_pid" ;;
     esac
@@ -198,10 +195,9 @@ sleep 0.3
 iperf=$(iperf3 -c 127.0.0.1 -p "$iperf_port" -Z -t "$duration" 2>/dev/null | awk '/receiver/ { print $(NF-2) " " $(NF-1) }')
 
 # --- summary ---------------------------------------------------------------
-col() { awk -v s="$1" -v w="$2" -v k="$3" '$1 == s && $2 == w { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # SERVER WORKLOAD FIELD
 echo
-echo "| workload | nginx Gb/s | linerate Gb/s | ratio | nginx server CPU-s/GB | linerate server CPU-s/GB | nginx machine CPU-s/GB | linerate machine CPU-s/GB |"
-echo "|---|---|---|---|---|---|---|---|"
+table_head "workload|nginx Gb/s|linerate Gb/s|ratio|nginx server CPU-s/GB|linerate server CPU-s/GB|nginx machine CPU-s/GB|linerate machine CPU-s/GB"
 fail=0
 for w in $workloads; do
     ng=$(col nginx "$w" 3); lr=$(col linerate "$w" 3)
@@ -220,8 +216,7 @@ if [ "$access_log" -eq 1 ]; then
     echo
     echo "Access log cost (log on against off, same rounds):"
     echo
-    echo "| workload | server | Gb/s off | Gb/s on | on/off | server CPU us/request off | on | logging us/request |"
-    echo "|---|---|---|---|---|---|---|---|"
+    table_head "workload|server|Gb/s off|Gb/s on|on/off|server CPU us/request off|on|logging us/request"
     for w in $workloads; do
         for s in nginx linerate; do
             off=$(col "$s" "$w" 3); on=$(col "$s-log" "$w" 3)

@@ -84,10 +84,7 @@ wait_port "$nginx_port" || { echo "nginx did not start" >&2; exit 1; }
 
 server_ticks() {
     case "$1" in
-        nginx)
-            local t=0 p
-            for p in $(pgrep -P "$nginx_master") "$nginx_master"; do t=$((t + $(proc_ticks "$p"))); done
-            echo "$t" ;;
+        nginx) tree_ticks "$nginx_master" ;;
         linerate) proc_ticks "$linerate_pid" ;;
     esac
 }
@@ -175,10 +172,9 @@ done
 
 # --- summary ---------------------------------------------------------------
 print_results "$results" "$rounds" 2 "server|handshakes|handshakes/s|server CPU-s per 1000|machine CPU-s per 1000|full|resumed|errors" $json
-col() { awk -v s="$1" -v m="$2" -v k="$3" '$1 == s && $2 == m { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # SERVER MODE FIELD
 echo
-echo "| handshakes | nginx /s | linerate /s | linerate/nginx | nginx server CPU-s/1000 | linerate server CPU-s/1000 | linerate/nginx CPU |"
-echo "|---|---|---|---|---|---|---|"
+table_head "handshakes|nginx /s|linerate /s|linerate/nginx|nginx server CPU-s/1000|linerate server CPU-s/1000|linerate/nginx CPU"
 fail=0
 for mode in full resumed; do
     awk -v m="$mode" -v ng="$(col nginx "$mode" 3)" -v lr="$(col linerate "$mode" 3)" \

@@ -141,6 +141,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # utime+stime (clock ticks) of a process, all its threads included.
 proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
 
+# tree_ticks PID: proc_ticks of PID and of its children, summed (nginx's master and
+# workers).
+tree_ticks() {
+    local t=0 p
+    for p in $(pgrep -P "$1") "$1"; do t=$((t + $(proc_ticks "$p"))); done
+    echo "$t"
+}
+
 # Busy ticks of the whole machine: user nice system irq softirq steal.
 machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
@@ -157,6 +165,15 @@ machine_ticks() {
 
 # median of the numbers on stdin.
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# column_median FILE FIELD KEY...: the median of field FIELD (from 1) over the lines of
+# FILE, a results file of one run per line, whose first fields are KEY... in order.
+column_median() {
+    local file=$1 field=$2
+    shift 2
+    awk -v k="$field" -v keys="$*" 'BEGIN { n = split(keys, key, " ") }
+        { for (i = 1; i <= n; i++) if ($i != key[i]) next; print $k }' "$file" | median
+}
 
 # wait_for_line FILE PATTERN: up to 5 s for a line matching PATTERN in FILE.
 wait_for_line() {
@@ -277,6 +294,12 @@ start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
 stop_server() {
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+}
+
+# table_head "COLUMN|COLUMN|...": the first two lines of a markdown table.
+table_head() {
+    awk -v h="$1" 'BEGIN { n = split(h, c, "|"); for (i = 1; i <= n; i++) { head = head " " c[i] " |"; rule = rule "---|" }
+        print "|" head; print "|" rule }'
 }
 
 # print_results FILE ROUNDS KEYS HEADER [JSON]: FILE has one run per line, fields

@@ -85,10 +85,9 @@ for c in $conns; do
     done
 done
 
-col() { awk -v s="$1" -v c="$2" -v k="$3" '$1 == s && $2 == c { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # CLIENT CONNECTIONS FIELD
 echo
-echo "| connections | wrk Gb/s | bench Gb/s | ratio | wrk client CPU-s/GB | bench client CPU-s/GB | server CPU-s/GB (wrk / bench) | machine CPU-s/GB (wrk / bench) |"
-echo "|---|---|---|---|---|---|---|---|"
+table_head "connections|wrk Gb/s|bench Gb/s|ratio|wrk client CPU-s/GB|bench client CPU-s/GB|server CPU-s/GB (wrk / bench)|machine CPU-s/GB (wrk / bench)"
 fail=0
 for c in $conns; do
     awk -v c="$c" -v wg="$(col wrk "$c" 3)" -v bg="$(col bench "$c" 3)" -v wc="$(col wrk "$c" 4)" -v bc="$(col bench "$c" 4)" \

@@ -89,11 +89,10 @@ for r in $(seq 1 "$rounds"); do
         tail -1 "$results" | awk '{ printf "  round '"$r"' %-3s %7.2f Gb/s  server %.4f CPU-s/GB  errors %d\n", $1, $3, $4, $7 }'
     done
 done
-col() { awk -v s="$1" -v k="$2" '$1 == s { print $k }' "$results" | median; }
+col() { column_median "$results" "$2" "$1"; } # VARIANT FIELD
 off_cpu=$(col off 4) on_cpu=$(col on 4) off_gbps=$(col off 3) on_gbps=$(col on 3)
 echo
-echo "| variant | Gb/s | server CPU-s/GB |"
-echo "|---|---|---|"
+table_head "variant|Gb/s|server CPU-s/GB"
 echo "| $off_label | $off_gbps | $off_cpu |"
 echo "| $on_label | $on_gbps | $on_cpu |"
 awk -v a="$off_cpu" -v b="$on_cpu" 'BEGIN { printf "\nserver CPU-s/GB, on vs off: %+.1f%% (medians of '"$rounds"' rounds)\n", (b - a) / a * 100 }'
