@@ -99,28 +99,28 @@ pids+=($!)
 nginx_master=$!
 
 mapfile -t limits < <(loopback_limits)
+# start_linerate_on NAME CONFIG WHAT: a linerate with CONFIG and an HTTP and an HTTPS
+# listener, its output in $work/NAME.out and .err; sets VAR_pid, VAR_url and
+# VAR_tls_url, VAR being NAME with `-` as `_`. WHAT names it if it does not start.
+start_linerate_on() {
+    local var=${1//-/_} url
+    "$bin" serve --config "$2" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+        --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/$1.out" 2> "$work/$1.err" &
+    pids+=($!)
+    printf -v "${var}_pid" %s "$!"
+    wait_for_line "$work/$1.out" '^listening https://' || true
+    url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/$1.out" | head -1)
+    printf -v "${var}_url" %s "$url"
+    printf -v "${var}_tls_url" %s "$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/$1.out" | head -1)"
+    [ -n "$url" ] || { echo "$3 did not start" >&2; exit 1; }
+}
 # The same open-file cache validity as nginx's (see the header).
 printf '[open_file_cache]\nvalid = "60s"\n' > "$work/linerate.toml"
-"$bin" serve --config "$work/linerate.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
-    --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
-pids+=($!)
-linerate_pid=$!
-wait_for_line "$work/linerate.out" '^listening https://' || true
-linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
-linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
-[ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
+start_linerate_on linerate "$work/linerate.toml" linerate
 if [ "$access_log" -eq 1 ]; then
     { cat "$work/linerate.toml"; printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/linerate-access.log" "$log_format"; } \
         > "$work/linerate-log.toml"
-    "$bin" serve --config "$work/linerate-log.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 \
-        --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" --key "$work/key.pem" --workers "$workers" \
-        --admin 127.0.0.1:0 --log-level info > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
-    pids+=($!)
-    linerate_log_pid=$!
-    wait_for_line "$work/linerate-log.out" '^listening https://' || true
-    linerate_log_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate-log.out" | head -1)
-    linerate_log_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate-log.out" | head -1)
-    [ -n "$linerate_log_url" ] || { echo "linerate (with access log) did not start" >&2; exit 1; }
+    start_linerate_on linerate-log "$work/linerate-log.toml" "linerate (with access log)"
 fi
 for _ in $(seq 1 100); do
     curl -s -o /dev/null "http://127.0.0.1:$nginx_port/f1.bin" -r 0-0 && break
