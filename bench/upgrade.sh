@@ -5,7 +5,7 @@
 # each with its own certificate) and upgraded 3 times (`linerate upgrade`: a new
 # copy of the binary renamed over the running one, then SIGUSR2). It passes with
 # zero failed requests, zero wrong bytes and zero reset connections, and prints the
-# bench's figures (docs/PERFORMANCE.md has a run).
+# bench's figures (docs/performance/upgrades.md has a run).
 #
 #   bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]
 #

@@ -26,7 +26,7 @@
 # The output ends with a markdown table of medians (also in
 # target/vm/tls-bench/report.txt). Under TCG every instruction is emulated, the AES
 # instructions included, so absolute Gb/s are far below real hardware and only the
-# ratios within one run mean something; docs/PERFORMANCE.md says how to read it.
+# ratios within one run mean something; docs/performance/ktls-vm.md says how to read it.
 # Takes about 100 s; change ROUNDS and SECONDS_PER_RUN below for longer runs.
 . /vm/lib.sh
 
