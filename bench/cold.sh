@@ -71,35 +71,11 @@ servers="linerate nginx nginx-aio" warm=0 fill_keys=
 titles=200 title_mib=64 mem_mib="" disk_mbps=200 rounds=3 protocols="http https" loads="paced closed"
 sessions=150 bitrate=5 ramp=10 closed_sessions=32 duration=60 hot=10 workers=2
 dir=/var/tmp/linerate-cold out=target/bench-cold bin="" quick=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 titles=16 title_mib=16 mem_mib=64 disk_mbps=50 rounds=1 duration=5 protocols=http hot=4 \
-            sessions=12 ramp=4 closed_sessions=8 ;;
-        --servers) servers=$2; shift ;;
-        --fill) fill_keys=$2; shift ;;
-        --warm) warm=1 ;;
-        --titles) titles=$2; shift ;;
-        --title-mib) title_mib=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --mem-mib) mem_mib=$2; shift ;;
-        --disk-mbps) disk_mbps=$2; shift ;;
-        --rounds) rounds=$2; shift ;;
-        --protocols) protocols=$2; shift ;;
-        --load) loads=$2; shift ;;
-        --sessions) sessions=$2; shift ;;
-        --bitrate-mbps) bitrate=$2; shift ;;
-        --ramp) ramp=$2; shift ;;
-        --closed-sessions) closed_sessions=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --hot-titles) hot=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --out) out=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,65 "--quick:quick=1 titles=16 title_mib=16 mem_mib=64 disk_mbps=50 rounds=1 duration=5 protocols=http \
+        hot=4 sessions=12 ramp=4 closed_sessions=8" --servers=servers --fill=fill_keys --warm:warm=1 --titles=titles \
+    --title-mib=title_mib --dir=dir --mem-mib=mem_mib --disk-mbps=disk_mbps --rounds=rounds --protocols=protocols \
+    --load=loads --sessions=sessions --bitrate-mbps=bitrate --ramp=ramp --closed-sessions=closed_sessions \
+    --duration=duration --hot-titles=hot --workers=workers --out=out --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 [ -n "$mem_mib" ] || mem_mib=$((titles * title_mib / 8))
 for l in $loads; do

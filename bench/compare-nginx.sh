@@ -44,25 +44,10 @@ cd "$(dirname "$0")/.."
 
 rounds=3 duration=10 workers=$(nproc) conns="16 256" protos="http https" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0 access_log=0 log_format=json range_bytes=2097152
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --proto) protos=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        --access-log) access_log=1 ;;
-        --log-format) log_format=$2; shift
-            case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac ;;
-        --range-bytes) range_bytes=$2; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,34 "--quick:quick=1 rounds=1 duration=2 files=2 file_mib=16" --rounds=rounds --duration=duration \
+    --workers=workers --conns=conns --proto=protos --dir=dir --bin=bin "--access-log:access_log=1" \
+    '--log-format=log_format:case "$log_format" in json|combined) ;; *) echo "--log-format: json or combined" >&2; exit 2 ;; esac' \
+    --range-bytes=range_bytes -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
 require_tools nginx wrk iperf3 openssl python3
@@ -114,28 +99,28 @@ pids+=($!)
 nginx_master=$!
 
 mapfile -t limits < <(loopback_limits)
+# start_linerate_on NAME CONFIG WHAT: a linerate with CONFIG and an HTTP and an HTTPS
+# listener, its output in $work/NAME.out and .err; sets VAR_pid, VAR_url and
+# VAR_tls_url, VAR being NAME with `-` as `_`. WHAT names it if it does not start.
+start_linerate_on() {
+    local var=${1//-/_} url
+    "$bin" serve --config "$2" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
+        --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/$1.out" 2> "$work/$1.err" &
+    pids+=($!)
+    printf -v "${var}_pid" %s "$!"
+    wait_for_line "$work/$1.out" '^listening https://' || true
+    url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/$1.out" | head -1)
+    printf -v "${var}_url" %s "$url"
+    printf -v "${var}_tls_url" %s "$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/$1.out" | head -1)"
+    [ -n "$url" ] || { echo "$3 did not start" >&2; exit 1; }
+}
 # The same open-file cache validity as nginx's (see the header).
 printf '[open_file_cache]\nvalid = "60s"\n' > "$work/linerate.toml"
-"$bin" serve --config "$work/linerate.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" \
-    --key "$work/key.pem" --workers "$workers" --admin 127.0.0.1:0 --log-level info > "$work/linerate.out" 2> "$work/linerate.err" &
-pids+=($!)
-linerate_pid=$!
-wait_for_line "$work/linerate.out" '^listening https://' || true
-linerate_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate.out" | head -1)
-linerate_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate.out" | head -1)
-[ -n "$linerate_url" ] || { echo "linerate did not start" >&2; exit 1; }
+start_linerate_on linerate "$work/linerate.toml" linerate
 if [ "$access_log" -eq 1 ]; then
     { cat "$work/linerate.toml"; printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/linerate-access.log" "$log_format"; } \
         > "$work/linerate-log.toml"
-    "$bin" serve --config "$work/linerate-log.toml" "${limits[@]}" --root "$dir" --listen 127.0.0.1:0 \
-        --tls-listen 127.0.0.1:0 --cert "$work/cert.pem" --key "$work/key.pem" --workers "$workers" \
-        --admin 127.0.0.1:0 --log-level info > "$work/linerate-log.out" 2> "$work/linerate-log.err" &
-    pids+=($!)
-    linerate_log_pid=$!
-    wait_for_line "$work/linerate-log.out" '^listening https://' || true
-    linerate_log_url=$(sed -n 's/^listening \(http:.*\)/\1/p' "$work/linerate-log.out" | head -1)
-    linerate_log_tls_url=$(sed -n 's/^listening \(https:.*\)/\1/p' "$work/linerate-log.out" | head -1)
-    [ -n "$linerate_log_url" ] || { echo "linerate (with access log) did not start" >&2; exit 1; }
+    start_linerate_on linerate-log "$work/linerate-log.toml" "linerate (with access log)"
 fi
 for _ in $(seq 1 100); do
     curl -s -o /dev/null "http://127.0.0.1:$nginx_port/f1.bin" -r 0-0 && break
@@ -145,10 +130,7 @@ done
 # CPU ticks of a server: for nginx, the master and all its workers.
 server_ticks() {
     case "$1" in
-        nginx|nginx-log)
-            local t=0
-            for p in $(pgrep -P "$nginx_master") "$nginx_master"; do t=$((t + $(proc_ticks "$p"))); done
-            echo "$t" ;;
+        nginx|nginx-log) tree_ticks "$nginx_master" ;;
         linerate) proc_ticks "$linerate_pid" ;;
         linerate-log) proc_ticks "$linerate_log_pid" ;;
     esac
@@ -213,10 +195,9 @@ sleep 0.3
 iperf=$(iperf3 -c 127.0.0.1 -p "$iperf_port" -Z -t "$duration" 2>/dev/null | awk '/receiver/ { print $(NF-2) " " $(NF-1) }')
 
 # --- summary ---------------------------------------------------------------
-col() { awk -v s="$1" -v w="$2" -v k="$3" '$1 == s && $2 == w { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # SERVER WORKLOAD FIELD
 echo
-echo "| workload | nginx Gb/s | linerate Gb/s | ratio | nginx server CPU-s/GB | linerate server CPU-s/GB | nginx machine CPU-s/GB | linerate machine CPU-s/GB |"
-echo "|---|---|---|---|---|---|---|---|"
+table_head "workload|nginx Gb/s|linerate Gb/s|ratio|nginx server CPU-s/GB|linerate server CPU-s/GB|nginx machine CPU-s/GB|linerate machine CPU-s/GB"
 fail=0
 for w in $workloads; do
     ng=$(col nginx "$w" 3); lr=$(col linerate "$w" 3)
@@ -235,8 +216,7 @@ if [ "$access_log" -eq 1 ]; then
     echo
     echo "Access log cost (log on against off, same rounds):"
     echo
-    echo "| workload | server | Gb/s off | Gb/s on | on/off | server CPU us/request off | on | logging us/request |"
-    echo "|---|---|---|---|---|---|---|---|"
+    table_head "workload|server|Gb/s off|Gb/s on|on/off|server CPU us/request off|on|logging us/request"
     for w in $workloads; do
         for s in nginx linerate; do
             off=$(col "$s" "$w" 3); on=$(col "$s-log" "$w" 3)

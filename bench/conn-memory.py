@@ -22,8 +22,8 @@ what the first one of a kind allocates for good (TLS, allocator arenas) is not
 counted per connection: the figures then hardly depend on N.
 
 Exits 1 when any state costs more than its budget (BUDGET_KIB below, KiB per
-connection): about one and a half times what it measured (docs/PERFORMANCE.md,
-"Memory per viewer"), so a server that starts holding a buffer per connection in
+connection): about one and a half times what it measured
+(docs/performance/memory.md), so a server that starts holding a buffer per connection in
 any of these states fails it. --budget-scale F multiplies every budget.
 
 Usage: bench/conn-memory.py [--conns N] [--bin PATH] [--budget-scale F]

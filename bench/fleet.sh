@@ -21,14 +21,7 @@ cd "$(dirname "$0")/.."
 . tests/fleet/lib.sh
 
 quick=0 bin=
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 ;;
-        --bin) bin=$2; shift ;;
-        *) echo "usage: bench/fleet.sh [--quick] [--bin PATH]" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags "usage: bench/fleet.sh [--quick] [--bin PATH]" --quick:quick=1 --bin=bin -- "$@"
 build_linerate
 fleet_up 240 1
 

@@ -40,22 +40,8 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 rounds=5 duration=10 workers=1 bench_workers=1 sessions=16 json="" bin="" profile=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) rounds=1 duration=4 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --bench-workers) bench_workers=$2; shift ;;
-        --sessions) sessions=$2; shift ;;
-        --json) json=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        --profile) profile=1 ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,34 "--quick:rounds=1 duration=4" --rounds=rounds --duration=duration --workers=workers \
+    --bench-workers=bench_workers --sessions=sessions --json=json --bin=bin --profile:profile=1 -- "$@"
 
 require_tools nginx openssl python3
 build_linerate
@@ -98,10 +84,7 @@ wait_port "$nginx_port" || { echo "nginx did not start" >&2; exit 1; }
 
 server_ticks() {
     case "$1" in
-        nginx)
-            local t=0 p
-            for p in $(pgrep -P "$nginx_master") "$nginx_master"; do t=$((t + $(proc_ticks "$p"))); done
-            echo "$t" ;;
+        nginx) tree_ticks "$nginx_master" ;;
         linerate) proc_ticks "$linerate_pid" ;;
     esac
 }
@@ -189,10 +172,9 @@ done
 
 # --- summary ---------------------------------------------------------------
 print_results "$results" "$rounds" 2 "server|handshakes|handshakes/s|server CPU-s per 1000|machine CPU-s per 1000|full|resumed|errors" $json
-col() { awk -v s="$1" -v m="$2" -v k="$3" '$1 == s && $2 == m { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # SERVER MODE FIELD
 echo
-echo "| handshakes | nginx /s | linerate /s | linerate/nginx | nginx server CPU-s/1000 | linerate server CPU-s/1000 | linerate/nginx CPU |"
-echo "|---|---|---|---|---|---|---|"
+table_head "handshakes|nginx /s|linerate /s|linerate/nginx|nginx server CPU-s/1000|linerate server CPU-s/1000|linerate/nginx CPU"
 fail=0
 for mode in full resumed; do
     awk -v m="$mode" -v ng="$(col nginx "$mode" 3)" -v lr="$(col linerate "$mode" 3)" \

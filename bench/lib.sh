@@ -1,5 +1,44 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
+# parse_flags HELP SPEC... -- ARG...: a bench script's command line, parsed the same
+# way in every script. Flags apply in the order given, so a flag after a preset (such
+# as --quick) overrides what the preset set. Each SPEC is one flag:
+#   --name=var        the flag takes a value, stored in var;
+#   --name=var:CODE   the same, then CODE runs (a check, or a preset setting others);
+#   --name:CODE       the flag takes no value; CODE runs (`quick=1 rounds=1`).
+# HELP is either the lines of the script that -h and --help print (its header
+# comment, as sed's `2,34`; any other argument is then "unknown" and exits 2) or a
+# usage line, printed for -h, --help and any other argument alike, exit 2. A flag
+# missing its value exits 1.
+parse_flags() {
+    local _help=$1 _specs=() _spec _arg _found
+    shift
+    while [ "$1" != -- ]; do _specs+=("$1"); shift; done
+    shift
+    while [ $# -gt 0 ]; do
+        _arg=$1 _found=""
+        for _spec in "${_specs[@]}"; do
+            case "$_spec" in "$_arg="* | "$_arg:"*) _found=$_spec; break ;; esac
+        done
+        case "$_found" in
+            "")
+                if [[ ! $_help =~ ^[0-9]+,[0-9]+$ ]]; then echo "$_help" >&2; exit 2; fi
+                case "$_arg" in
+                    -h | --help) sed -n "${_help}p" "$0"; exit 0 ;;
+                    *) echo "unknown argument: $_arg" >&2; exit 2 ;;
+                esac ;;
+            "$_arg="*)
+                [ $# -ge 2 ] || { echo "$_arg needs a value" >&2; exit 1; }
+                _spec=${_found#"$_arg="}
+                printf -v "${_spec%%:*}" '%s' "$2"
+                shift
+                [ "$_spec" = "${_spec#*:}" ] || eval "${_spec#*:}" ;;
+            *) eval "${_found#"$_arg:"}" ;;
+        esac
+        shift
+    done
+}
+
 # require_tools TOOL...: exits with a clear message when one is missing.
 require_tools() {
     local t
@@ -54,17 +93,26 @@ make_content() {
     done
 }
 
-# make_test_cert DIR: a test CA (DIR/ca.pem) and a server certificate for 127.0.0.1
-# and localhost signed by it (DIR/cert.pem, DIR/key.pem).
+# make_test_cert DIR [CA_NAME NAME SAN]: a test CA (DIR/ca.pem, DIR/ca.key, named CA_NAME,
+# default "bench test CA") and a 30-day server certificate signed by it (sign_test_cert),
+# for 127.0.0.1 and localhost unless NAME and SAN say otherwise.
 make_test_cert() {
     local d=$1
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=bench test CA" \
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=${2:-bench test CA}" \
         -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-        -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$d/ext.cnf"
-    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
-        -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
+    sign_test_cert "$d" "" 30 "${3:-localhost}" "${4:-IP:127.0.0.1,DNS:localhost}"
+}
+
+# sign_test_cert DIR SUFFIX DAYS NAME SAN: a server certificate for NAME (common name)
+# and SAN (subjectAltName) valid for DAYS days, signed by make_test_cert's CA in DIR:
+# DIR/certSUFFIX.pem and DIR/keySUFFIX.pem (DIR/ext.cnf holds its extensions).
+sign_test_cert() {
+    local d=$1 s=$2
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$4" \
+        -keyout "$d/key$s.pem" -out "$d/server$s.csr" 2>/dev/null
+    printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$5" > "$d/ext.cnf"
+    openssl x509 -req -in "$d/server$s.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days "$3" \
+        -extfile "$d/ext.cnf" -out "$d/cert$s.pem" 2>/dev/null
 }
 
 # write_range_lua FILE FILES [BYTES]: a wrk script asking `Range: bytes=0-(BYTES-1)`
@@ -93,6 +141,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # utime+stime (clock ticks) of a process, all its threads included.
 proc_ticks() { awk '{ sub(/^.*\) /, ""); split($0, f, " "); print f[12] + f[13] }' "/proc/$1/stat"; }
 
+# tree_ticks PID: proc_ticks of PID and of its children, summed (nginx's master and
+# workers).
+tree_ticks() {
+    local t=0 p
+    for p in $(pgrep -P "$1") "$1"; do t=$((t + $(proc_ticks "$p"))); done
+    echo "$t"
+}
+
 # Busy ticks of the whole machine: user nice system irq softirq steal.
 machine_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
@@ -109,6 +165,15 @@ machine_ticks() {
 
 # median of the numbers on stdin.
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# column_median FILE FIELD KEY...: the median of field FIELD (from 1) over the lines of
+# FILE, a results file of one run per line, whose first fields are KEY... in order.
+column_median() {
+    local file=$1 field=$2
+    shift 2
+    awk -v k="$field" -v keys="$*" 'BEGIN { n = split(keys, key, " ") }
+        { for (i = 1; i <= n; i++) if ($i != key[i]) next; print $k }' "$file" | median
+}
 
 # wait_for_line FILE PATTERN: up to 5 s for a line matching PATTERN in FILE.
 wait_for_line() {
@@ -229,6 +294,12 @@ start_linerate() { # PROTOCOL [EXTRA SERVE ARGUMENTS...]
 stop_server() {
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+}
+
+# table_head "COLUMN|COLUMN|...": the first two lines of a markdown table.
+table_head() {
+    awk -v h="$1" 'BEGIN { n = split(h, c, "|"); for (i = 1; i <= n; i++) { head = head " " c[i] " |"; rule = rule "---|" }
+        print "|" head; print "|" rule }'
 }
 
 # print_results FILE ROUNDS KEYS HEADER [JSON]: FILE has one run per line, fields

@@ -23,20 +23,8 @@ cd "$(dirname "$0")/.."
 
 rounds=3 duration=10 workers=2 conns="16 256" dir="${TMPDIR:-/tmp}/linerate-bench" bin=""
 files=8 file_mib=256 quick=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 rounds=1 duration=2 files=2 file_mib=16 ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,21 "--quick:quick=1 rounds=1 duration=2 files=2 file_mib=16" --rounds=rounds --duration=duration \
+    --workers=workers --conns=conns --dir=dir --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 
 require_tools wrk python3
@@ -97,10 +85,9 @@ for c in $conns; do
     done
 done
 
-col() { awk -v s="$1" -v c="$2" -v k="$3" '$1 == s && $2 == c { print $k }' "$results" | median; }
+col() { column_median "$results" "$3" "$1" "$2"; } # CLIENT CONNECTIONS FIELD
 echo
-echo "| connections | wrk Gb/s | bench Gb/s | ratio | wrk client CPU-s/GB | bench client CPU-s/GB | server CPU-s/GB (wrk / bench) | machine CPU-s/GB (wrk / bench) |"
-echo "|---|---|---|---|---|---|---|---|"
+table_head "connections|wrk Gb/s|bench Gb/s|ratio|wrk client CPU-s/GB|bench client CPU-s/GB|server CPU-s/GB (wrk / bench)|machine CPU-s/GB (wrk / bench)"
 fail=0
 for c in $conns; do
     awk -v c="$c" -v wg="$(col wrk "$c" 3)" -v bg="$(col bench "$c" 3)" -v wc="$(col wrk "$c" 4)" -v bc="$(col bench "$c" 4)" \

@@ -27,23 +27,9 @@ cd "$(dirname "$0")/.."
 
 rounds=5 duration=10 conns=16 bin="" files=8 file_mib=256 dir="${TMPDIR:-/tmp}/linerate-bench" feature=stats
 base_bin="" range_mib=2
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --feature) feature=$2; shift ;;
-        --base-bin) base_bin=$2; shift ;;
-        --range-mib) range_mib=$2; shift ;;
-        --files) files=$2; shift ;;
-        --file-mib) file_mib=$2; shift ;;
-        --quick) rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick" ;;
-        --rounds) rounds=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --conns) conns=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags 2,26 --feature=feature --base-bin=base_bin --range-mib=range_mib --files=files --file-mib=file_mib \
+    '--quick:rounds=1 duration=2 files=2 file_mib=16 dir="$dir-quick"' --rounds=rounds --duration=duration \
+    --conns=conns --bin=bin -- "$@"
 require_tools wrk curl python3
 build_linerate
 
@@ -103,11 +89,10 @@ for r in $(seq 1 "$rounds"); do
         tail -1 "$results" | awk '{ printf "  round '"$r"' %-3s %7.2f Gb/s  server %.4f CPU-s/GB  errors %d\n", $1, $3, $4, $7 }'
     done
 done
-col() { awk -v s="$1" -v k="$2" '$1 == s { print $k }' "$results" | median; }
+col() { column_median "$results" "$2" "$1"; } # VARIANT FIELD
 off_cpu=$(col off 4) on_cpu=$(col on 4) off_gbps=$(col off 3) on_gbps=$(col on 3)
 echo
-echo "| variant | Gb/s | server CPU-s/GB |"
-echo "|---|---|---|"
+table_head "variant|Gb/s|server CPU-s/GB"
 echo "| $off_label | $off_gbps | $off_cpu |"
 echo "| $on_label | $on_gbps | $on_cpu |"
 awk -v a="$off_cpu" -v b="$on_cpu" 'BEGIN { printf "\nserver CPU-s/GB, on vs off: %+.1f%% (medians of '"$rounds"' rounds)\n", (b - a) / a * 100 }'

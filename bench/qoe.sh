@@ -57,36 +57,19 @@ cd "$(dirname "$0")/.."
 sessions=10000 duration=60 bitrate=5 ramp=1000 titles=50 title_mib=64 workers=2 protocols="http https" rounds=1
 dir="${TMPDIR:-/tmp}/linerate-qoe" out="${TMPDIR:-/tmp}/linerate-qoe-results" bin="" quick=0 label=overload
 http_load="" https_load="" linerate_args=()
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 label=quick ;;
-        --load)
-            case "$2" in
-                overload) label=overload sessions=10000 bitrate=5 ramp=1000 duration=60 ;;
-                fixed) label=fixed http_load=8000@1.25 https_load=4000@1 ramp=per-load duration=60 rounds=3 ;;
-                *) echo "--load: overload or fixed, not $2" >&2; exit 2 ;;
-            esac
-            shift ;;
-        --sessions) sessions=$2; shift ;;
-        --duration) duration=$2; shift ;;
-        --bitrate-mbps) bitrate=$2; shift ;;
-        --http-load) http_load=$2; shift ;;
-        --https-load) https_load=$2; shift ;;
-        --out) out=$2; shift ;;
-        --ramp) ramp=$2; shift ;;
-        --titles) titles=$2; shift ;;
-        --title-mib) title_mib=$2; shift ;;
-        --workers) workers=$2; shift ;;
-        --protocols) protocols=$2; shift ;;
-        --rounds) rounds=$2; shift ;;
-        --dir) dir=$2; shift ;;
-        --bin) bin=$2; shift ;;
-        --linerate-config) linerate_args=(--config "$(realpath "$2")"); shift ;;
-        -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1" >&2; exit 2 ;;
+# load_preset: what --load sets.
+load_preset() {
+    case "$preset" in
+        overload) label=overload sessions=10000 bitrate=5 ramp=1000 duration=60 ;;
+        fixed) label=fixed http_load=8000@1.25 https_load=4000@1 ramp=per-load duration=60 rounds=3 ;;
+        *) echo "--load: overload or fixed, not $preset" >&2; exit 2 ;;
     esac
-    shift
-done
+}
+parse_flags 2,52 "--quick:quick=1 sessions=40 duration=5 ramp=0 titles=4 title_mib=16 label=quick" \
+    --load=preset:load_preset --sessions=sessions --duration=duration --bitrate-mbps=bitrate --http-load=http_load \
+    --https-load=https_load --out=out --ramp=ramp --titles=titles --title-mib=title_mib --workers=workers \
+    --protocols=protocols --rounds=rounds --dir=dir --bin=bin \
+    '--linerate-config=linerate_config:linerate_args=(--config "$(realpath "$linerate_config")")' -- "$@"
 
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 # Loads given by hand are neither preset: say so in the titles and file names.

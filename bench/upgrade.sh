@@ -5,7 +5,7 @@
 # each with its own certificate) and upgraded 3 times (`linerate upgrade`: a new
 # copy of the binary renamed over the running one, then SIGUSR2). It passes with
 # zero failed requests, zero wrong bytes and zero reset connections, and prints the
-# bench's figures (docs/PERFORMANCE.md has a run).
+# bench's figures (docs/performance/upgrades.md has a run).
 #
 #   bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]
 #
@@ -16,16 +16,8 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 duration=60 reloads=10 upgrades=3 sessions=100 bitrate=8 bin=
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) duration=15 reloads=4 upgrades=1 sessions=12 ;;
-        --bin) bin=$2; shift ;;
-        --sessions) sessions=$2; shift ;;
-        --bitrate-mbps) bitrate=$2; shift ;;
-        *) echo "usage: bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]" >&2; exit 2 ;;
-    esac
-    shift
-done
+parse_flags "usage: bench/upgrade.sh [--quick] [--bin PATH] [--sessions N] [--bitrate-mbps R]" \
+    "--quick:duration=15 reloads=4 upgrades=1 sessions=12" --bin=bin --sessions=sessions --bitrate-mbps=bitrate -- "$@"
 require_tools openssl curl
 build_linerate
 start_work
@@ -36,10 +28,7 @@ make_content "$work/root" 8 8 t
 make_test_cert "$work"
 # A second certificate from the same CA, expiring ten days earlier (so /metrics tells
 # which one is in use).
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-    -keyout "$work/key2.pem" -out "$work/server2.csr" 2>/dev/null
-openssl x509 -req -in "$work/server2.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 20 \
-    -extfile "$work/ext.cnf" -out "$work/cert2.pem" 2>/dev/null
+sign_test_cert "$work" 2 20 localhost IP:127.0.0.1,DNS:localhost
 
 config() { # N: configuration N % 2 (cache_control and certificate differ)
     local cert=cert.pem key=key.pem

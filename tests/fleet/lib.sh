@@ -94,14 +94,7 @@ fleet_catalogue() {
 
 # fleet_cert: a CA and a certificate for the fleet's front address, in $work.
 fleet_cert() {
-    local d=$work
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj "/CN=fleet test CA" \
-        -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=media.fleet.test" \
-        -keyout "$d/key.pem" -out "$d/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:%s,DNS:media.fleet.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$front_ip" > "$d/ext.cnf"
-    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 30 \
-        -extfile "$d/ext.cnf" -out "$d/cert.pem" 2>/dev/null
+    make_test_cert "$work" "fleet test CA" media.fleet.test "IP:$front_ip,DNS:media.fleet.test"
 }
 
 # node_start NODE [CAPACITY_GBPS [ROOT [CGROUP]]]: starts (or restarts) a node and waits

@@ -258,6 +258,45 @@ EOF
         "<>--$boundary--<>"
 }
 
+# nginx_start MASTER LOG_LEVEL CONNECTIONS HTTP: starts Debian's nginx in the
+# background, as root with one worker and its files in /tmp/nginx, with
+# `master_process MASTER`, errors at LOG_LEVEL, CONNECTIONS per worker, and HTTP
+# (directives and `server { }` blocks) in its `http { }` block after `access_log
+# off; sendfile on;`. Sets NGINX_PID; nginx_wait waits for it to answer.
+nginx_start() {
+    mkdir -p /tmp/nginx /var/lib/nginx /var/log/nginx
+    cat >/tmp/nginx/nginx.conf <<CONF
+daemon off;
+master_process $1;
+worker_processes 1;
+user root;
+error_log /tmp/nginx/error.log $2;
+pid /tmp/nginx/nginx.pid;
+events { worker_connections $3; }
+http {
+    access_log off;
+    sendfile on;
+$4
+}
+CONF
+    "$NGINX" -e /tmp/nginx/error.log -c /tmp/nginx/nginx.conf -p /tmp/nginx &
+    NGINX_PID=$!
+}
+
+# nginx_wait URL: waits (30 s at most) until the nginx of nginx_start answers an
+# HTTPS request for URL (from the client namespace when FETCH_NS=client); fails
+# with its error log if it exits or does not answer.
+nginx_wait() {
+    local i=0 ns=""
+    [ "$FETCH_NS" = client ] && ns="$IP netns exec client"
+    until $ns "$CURL" -s --max-time 5 -o /dev/null --cacert "$TLS_DIR/ca.pem" "$1" 2>/dev/null; do
+        alive $NGINX_PID || fail "nginx exited: $(cat /tmp/nginx/error.log)"
+        i=$((i + 1))
+        [ $i -le 300 ] || fail "nginx did not answer within 30 s: $(cat /tmp/nginx/error.log)"
+        sleep 0.1
+    done
+}
+
 # stop_pid PID: TERM, then wait (5 s at most) for it to go.
 stop_pid() {
     local i=0

@@ -9,42 +9,21 @@
 # through the kernel's module autoloading, as on a stock Debian machine.
 . /vm/lib.sh
 
-mkdir -p /tmp/nginx /var/lib/nginx /var/log/nginx
-cat >/tmp/nginx/nginx.conf <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-user root;
-error_log /tmp/nginx/error.log info;
-pid /tmp/nginx/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log off;
-    sendfile on;
-    server {
+nginx_start off info 64 "    server {
         listen 10.1.0.1:443 ssl;
         ssl_certificate $TLS_DIR/server.pem;
         ssl_certificate_key $TLS_DIR/server.key;
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_conf_command Options KTLS;
         root /srv/media;
-    }
-}
-CONF
-"$NGINX" -e /tmp/nginx/error.log -c /tmp/nginx/nginx.conf -p /tmp/nginx &
-pid=$!
-i=0
-until in_client "$CURL" -s --max-time 5 -o /dev/null --cacert "$TLS_DIR/ca.pem" https://10.1.0.1/ 2>/dev/null; do
-    alive $pid || fail "nginx exited: $(cat /tmp/nginx/error.log)"
-    i=$((i + 1))
-    [ $i -le 300 ] || fail "nginx did not answer within 30 s: $(cat /tmp/nginx/error.log)"
-    sleep 0.1
-done
+    }"
+pid=$NGINX_PID
+FETCH_NS=client
+nginx_wait https://10.1.0.1/
 
 tx_sw_before=$(tls_stat TlsTxSw)
 rx_sw_before=$(tls_stat TlsRxSw)
 nic_before=$(nic_counter srv1 tx_bytes)
-FETCH_NS=client
 fetch_and_compare https://10.1.0.1/big.bin /srv/media/big.bin --cacert "$TLS_DIR/ca.pem"
 tls13=$FETCHES
 # TLS 1.2 too, which OpenSSL also hands to the kernel (two ranges suffice).

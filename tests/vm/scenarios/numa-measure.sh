@@ -4,7 +4,7 @@
 # timeout: 600
 # default: no
 #
-# The NUMA siloing measurements (docs/PERFORMANCE.md): 2 nodes with one CPU
+# The NUMA siloing measurements (docs/performance/numa-vm.md): 2 nodes with one CPU
 # each, a NIC on each node with its interrupts on its own node's CPU, and an ext4
 # disk on node 1 holding 16 titles of 2 MiB. For each mode the page cache is
 # dropped, linerate starts with every response's pages sampled, and a client

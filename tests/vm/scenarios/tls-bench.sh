@@ -26,7 +26,7 @@
 # The output ends with a markdown table of medians (also in
 # target/vm/tls-bench/report.txt). Under TCG every instruction is emulated, the AES
 # instructions included, so absolute Gb/s are far below real hardware and only the
-# ratios within one run mean something; docs/PERFORMANCE.md says how to read it.
+# ratios within one run mean something; docs/performance/ktls-vm.md says how to read it.
 # Takes about 100 s; change ROUNDS and SECONDS_PER_RUN below for longer runs.
 . /vm/lib.sh
 
@@ -42,19 +42,7 @@ SERVERS="nginx linerate-ktls linerate-user linerate-plain"
 chunks=$(($(file_size /srv/media/big.bin) / CHUNK))
 
 # --- servers ---------------------------------------------------------------
-mkdir -p /tmp/nginx /var/lib/nginx /var/log/nginx
-cat >/tmp/nginx/nginx.conf <<CONF
-daemon off;
-master_process on;
-worker_processes 1;
-user root;
-error_log /tmp/nginx/error.log warn;
-pid /tmp/nginx/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
+nginx_start on warn 256 "    tcp_nopush on;
     tcp_nodelay on;
     keepalive_requests 1000000;
     open_file_cache max=1000;
@@ -67,11 +55,8 @@ http {
         ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;
         ssl_conf_command Options KTLS;
         root /srv/media;
-    }
-}
-CONF
-"$NGINX" -e /tmp/nginx/error.log -c /tmp/nginx/nginx.conf -p /tmp/nginx &
-nginx_pid=$!
+    }"
+nginx_pid=$NGINX_PID
 
 # linerate_start NAME KERNEL_TLS [http]: one linerate with one worker and a TLS
 # listener (a plain HTTP one with "http"); sets PORT.
@@ -106,13 +91,7 @@ grep -q 'tls_mode=userspace' /tmp/linerate-user.err ||
     fail "linerate with kernel_tls = off did not report tls_mode=userspace: $(cat /tmp/linerate-user.err)"
 port_nginx=8443
 
-i=0
-until "$CURL" -s --max-time 5 -o /dev/null --cacert "$TLS_DIR/ca.pem" https://localhost:$port_nginx/ 2>/dev/null; do
-    alive $nginx_pid || fail "nginx exited: $(cat /tmp/nginx/error.log)"
-    i=$((i + 1))
-    [ $i -le 300 ] || fail "nginx did not answer within 30 s: $(cat /tmp/nginx/error.log)"
-    sleep 0.1
-done
+nginx_wait https://localhost:$port_nginx/
 
 port_of() { eval echo "\$port_$(echo $1 | tr - _)"; }
 url_of() {
