@@ -11,8 +11,8 @@
 //!   from the measured per-core rates ([`Mode::cpu_seconds_per_byte`]);
 //! - the **NIC** limit: the sum of the NICs' link speeds (network path only).
 //!
-//! The arithmetic is pure and tested with fixed inputs; docs/PERFORMANCE.md
-//! ("Capacity model") states the assumptions and compares the prediction with
+//! The arithmetic is pure and tested with fixed inputs; docs/performance/capacity.md
+//! states the assumptions and compares the prediction with
 //! measured runs.
 
 pub mod measure;

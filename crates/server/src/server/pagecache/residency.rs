@@ -4,7 +4,7 @@
 //! waits for a fill (see [`super::pool`]). It must never block and must be cheap:
 //! it runs once per response on the hot path.
 //!
-//! Two ways, chosen per call (measurements in docs/PERFORMANCE.md):
+//! Two ways, chosen per call (measurements in docs/performance/cold-catalogue.md):
 //! 1. `cachestat(2)` (Linux 6.5+): one syscall for the whole range, exact. Refused
 //!    (`EPERM`, Linux 6.14+) on files the server neither owns nor may write, unless
 //!    it has `CAP_FOWNER`.
