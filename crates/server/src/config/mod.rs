@@ -27,6 +27,7 @@ mod limits;
 mod log;
 mod numa;
 mod open_file_cache;
+mod origin;
 mod signed;
 mod tcp;
 mod timeouts;
@@ -40,6 +41,7 @@ pub use limits::Limits;
 pub use log::{AccessLog, AccessLogFormat, Log, LogFormat};
 pub use numa::{Numa, Pin, Placement, Steering};
 pub use open_file_cache::{OpenFileCache, MAX_OPEN_FILE_CACHE_ENTRIES};
+pub use origin::{parse_base_url, BaseUrl, Cache, CacheDir, Origin};
 pub use signed::{Secret, SecretEncoding, SignedKey, SignedMode, SignedRule, REDACTED};
 pub use tcp::{Stats, Tcp};
 pub use timeouts::Timeouts;
@@ -117,6 +119,11 @@ pub struct Config {
     /// Signed-URL rules by path prefix (`[[signed]]`, see docs/SIGNED-URLS.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub signed: Vec<SignedRule>,
+    /// Path prefixes filled from origins (`[[origin]]`, see docs/CACHE.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub origin: Vec<Origin>,
+    /// The slice store the origins fill (`[cache]`).
+    pub cache: Cache,
     /// What validation built from the keys above, for the server to take
     /// ([`Config::signed_rules`]); not part of the file.
     #[serde(skip)]
@@ -238,6 +245,8 @@ impl Default for Config {
             access_log: AccessLog::default(),
             mime: BTreeMap::new(),
             signed: Vec::new(),
+            origin: Vec::new(),
+            cache: Cache::default(),
             built: Built::default(),
         }
     }
@@ -398,6 +407,8 @@ impl Config {
             file_name("pid_file", pid_file)?;
         }
         self.log.validate()?;
+        origin::validate_origins(&self.origin)?;
+        self.cache.validate(&self.origin)?;
         self.signed_rules()?;
         Ok(())
     }

@@ -1,0 +1,313 @@
+//! `[[origin]]` and `[cache]`: the pull-through cache. An `[[origin]]` table maps a
+//! path prefix to one or more origin base URLs; requests under it are answered
+//! from the slice store under `[cache]`, which fills itself from the origin on a
+//! miss (see docs/CACHE.md).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{bad, duration, range, Bad};
+
+/// One origin: a path prefix of this server and the base URLs it maps to.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    /// The path prefix served from this origin, starting and ending with `/`
+    /// (`/vod/`). The longest matching prefix wins.
+    pub prefix: String,
+    /// Base URLs, tried in order (failover on connect errors, timeouts and 5xx):
+    /// `http://host[:port]/path/` or `https://...`. A request for `prefix` + `rest`
+    /// goes to `url` + `rest`.
+    pub urls: Vec<String>,
+    /// PEM file of the certificate authorities trusted for `https` origins instead
+    /// of the system's (`/etc/ssl/certs`). Verification is always on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// From the request sent to the response head received.
+    #[serde(default = "default_first_byte_timeout", with = "humantime_serde")]
+    pub first_byte_timeout: Duration,
+    /// Between two reads of a response body: a stalled origin ends the fill.
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Idle keep-alive connections kept per origin URL.
+    #[serde(default = "default_max_idle")]
+    pub max_idle_connections: usize,
+    /// Request header fields of the viewer copied to the origin request (none by
+    /// default: the origin sees only what linerate sends).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward_headers: Vec<String>,
+    /// Query arguments that are part of the cache key and sent to the origin (none
+    /// by default: signed-URL tokens and the like do not split the cache).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_args: Vec<String>,
+    /// How long a response stays fresh when the origin's fields do not say.
+    #[serde(default = "default_ttl", with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// How long a 404 or 410 of the origin is kept.
+    #[serde(default = "default_negative_ttl", with = "humantime_serde")]
+    pub negative_ttl: Duration,
+    /// How long past its freshness a response may be served while the origin
+    /// fails, when the origin's fields do not say (`stale-if-error`).
+    #[serde(default, with = "humantime_serde")]
+    pub stale_if_error: Duration,
+    /// How long past its freshness a response may be served while it is
+    /// revalidated in the background, when the origin's fields do not say
+    /// (`stale-while-revalidate`).
+    #[serde(default, with = "humantime_serde")]
+    pub stale_while_revalidate: Duration,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(3)
+}
+fn default_first_byte_timeout() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_max_idle() -> usize {
+    64
+}
+fn default_ttl() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_negative_ttl() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Origin {
+    pub(super) fn validate(&self, i: usize) -> Result<(), Bad> {
+        let key = |k: &str| format!("origin[{i}].{k}");
+        if !self.prefix.starts_with('/') || !self.prefix.ends_with('/') || self.prefix.contains(['?', '#', '%']) {
+            return bad(key("prefix"), "must start and end with `/` (`/vod/`), with no `?`, `#` or `%`");
+        }
+        if self.urls.is_empty() {
+            return bad(key("urls"), "at least one origin URL is needed");
+        }
+        for (j, url) in self.urls.iter().enumerate() {
+            if let Err(problem) = parse_base_url(url) {
+                return bad(format!("origin[{i}].urls[{j}]"), problem);
+            }
+        }
+        if let Some(ca) = &self.ca_file {
+            if !ca.is_file() {
+                return bad(key("ca_file"), format!("{ca:?} is not a readable file"));
+            }
+        }
+        for (k, d, lo) in [
+            ("connect_timeout", self.connect_timeout, Duration::from_millis(10)),
+            ("first_byte_timeout", self.first_byte_timeout, Duration::from_millis(10)),
+            ("idle_timeout", self.idle_timeout, Duration::from_millis(10)),
+            ("default_ttl", self.default_ttl, Duration::ZERO),
+            ("negative_ttl", self.negative_ttl, Duration::ZERO),
+            ("stale_if_error", self.stale_if_error, Duration::ZERO),
+            ("stale_while_revalidate", self.stale_while_revalidate, Duration::ZERO),
+        ] {
+            duration(&key(k), d)?;
+            if d < lo {
+                return bad(key(k), format!("must be at least {}", humantime::format_duration(lo)));
+            }
+        }
+        range(&key("max_idle_connections"), self.max_idle_connections, 0, 100_000)?;
+        for h in &self.forward_headers {
+            let lower = h.to_ascii_lowercase();
+            if h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) {
+                return bad(key("forward_headers"), format!("{h:?} is not a header field name"));
+            }
+            if ["host", "range", "if-range", "connection", "content-length", "transfer-encoding", "te", "upgrade"]
+                .contains(&lower.as_str())
+            {
+                return bad(key("forward_headers"), format!("{h} is set by linerate itself and cannot be forwarded"));
+            }
+        }
+        for a in &self.key_args {
+            if a.is_empty() || a.contains(['&', '=', '#']) {
+                return bad(key("key_args"), format!("{a:?} is not a query argument name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An origin base URL, split.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseUrl {
+    pub https: bool,
+    /// Host as written (a name, an IPv4 address, or an IPv6 address in brackets).
+    pub host: String,
+    pub port: u16,
+    /// The path, starting and ending with `/`.
+    pub path: String,
+}
+
+/// Reads `scheme://host[:port]/path/`: http or https, no user info, query or
+/// fragment, the path ending with `/` (a request's rest is appended to it).
+pub fn parse_base_url(url: &str) -> Result<BaseUrl, String> {
+    let (https, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else {
+        return Err(format!("{url:?}: only http:// and https:// origins are supported"));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return Err(format!("{url:?}: needs a host, and no user name or password"));
+    }
+    if path.contains(['?', '#']) || !path.ends_with('/') {
+        return Err(format!("{url:?}: the path must end with `/` and have no query or fragment"));
+    }
+    let default_port = if https { 443 } else { 80 };
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let end = v6.find(']').ok_or_else(|| format!("{url:?}: unclosed `[` in the host"))?;
+        let host = &authority[..end + 2];
+        match &authority[end + 2..] {
+            "" => (host, default_port),
+            p => (host, parse_port(url, p.strip_prefix(':').unwrap_or(p))?),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, parse_port(url, p)?),
+            None => (authority, default_port),
+        }
+    };
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{url:?}: bad host"));
+    }
+    Ok(BaseUrl { https, host: host.to_string(), port, path: path.to_string() })
+}
+
+fn parse_port(url: &str, p: &str) -> Result<u16, String> {
+    p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| format!("{url:?}: bad port {p:?}"))
+}
+
+/// The slice store of the pull-through cache (`[cache]`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cache {
+    /// The unit an object is fetched and stored in, aligned in the object.
+    pub slice_bytes: u64,
+    /// Where slices are kept: one or more directories, each best on a disk of its
+    /// own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<CacheDir>,
+    /// `fsync` each slice before it becomes visible, and the index after: slices
+    /// then survive a power loss too, not only a crash of the server.
+    pub fsync: bool,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache { slice_bytes: 4 * 1024 * 1024, dirs: Vec::new(), fsync: false }
+    }
+}
+
+/// One directory of the slice store.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CacheDir {
+    pub path: PathBuf,
+    /// The most the slices in it may take; past it the least popular go.
+    pub max_size_bytes: u64,
+    /// Free space kept on its file system; below it the least popular slices go.
+    #[serde(default)]
+    pub min_free_bytes: u64,
+}
+
+impl Cache {
+    pub(super) fn validate(&self, origins: &[Origin]) -> Result<(), Bad> {
+        range("cache.slice_bytes", self.slice_bytes, 64 * 1024, 1 << 30)?;
+        if self.slice_bytes % linerate_sys::pagecache::PAGE_BYTES != 0 {
+            return bad("cache.slice_bytes", "must be a multiple of 4096 (the page size)");
+        }
+        if !origins.is_empty() && self.dirs.is_empty() {
+            return bad("cache.dirs", "an [[origin]] needs at least one cache directory ([[cache.dirs]] with a path)");
+        }
+        for (i, d) in self.dirs.iter().enumerate() {
+            if !d.path.is_absolute() {
+                return bad(format!("cache.dirs[{i}].path"), format!("{:?} must be an absolute path", d.path));
+            }
+            if self.dirs[..i].iter().any(|o| o.path == d.path) {
+                return bad(format!("cache.dirs[{i}].path"), format!("{:?} is listed twice", d.path));
+            }
+            if d.max_size_bytes < self.slice_bytes {
+                return bad(format!("cache.dirs[{i}].max_size_bytes"), "must hold at least one slice");
+            }
+            range(&format!("cache.dirs[{i}].max_size_bytes"), d.max_size_bytes, 0, super::MAX_INTEGER)?;
+            range(&format!("cache.dirs[{i}].min_free_bytes"), d.min_free_bytes, 0, super::MAX_INTEGER)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks the `[[origin]]` tables: each valid, no prefix twice.
+pub(super) fn validate_origins(origins: &[Origin]) -> Result<(), Bad> {
+    for (i, o) in origins.iter().enumerate() {
+        o.validate(i)?;
+        if origins[..i].iter().any(|p| p.prefix == o.prefix) {
+            return bad(format!("origin[{i}].prefix"), format!("{} is listed twice", o.prefix));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_split_and_bad_ones_named() {
+        let u = parse_base_url("http://10.0.0.1:8080/media/").unwrap();
+        assert_eq!((u.https, u.host.as_str(), u.port, u.path.as_str()), (false, "10.0.0.1", 8080, "/media/"));
+        let u = parse_base_url("https://origin.example").unwrap();
+        assert_eq!((u.https, u.host.as_str(), u.port, u.path.as_str()), (true, "origin.example", 443, "/"));
+        let u = parse_base_url("http://[::1]:81/").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("[::1]", 81));
+        for bad in [
+            "ftp://x/",
+            "http:///",
+            "http://u:p@x/",
+            "http://x/a",
+            "http://x/?q",
+            "http://x:0/",
+            "http://x:99999/",
+            "http://[::1/",
+        ] {
+            assert!(parse_base_url(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    fn origin(prefix: &str) -> Origin {
+        toml::from_str(&format!("prefix = {prefix:?}\nurls = [\"http://127.0.0.1:1/\"]")).unwrap()
+    }
+
+    #[test]
+    fn origin_tables_are_checked_key_by_key() {
+        assert_eq!(origin("/vod/").validate(0), Ok(()));
+        assert_eq!(origin("/vod").validate(3).unwrap_err().0, "origin[3].prefix");
+        let mut o = origin("/a/");
+        o.forward_headers = vec!["Range".into()];
+        assert_eq!(o.validate(0).unwrap_err().0, "origin[0].forward_headers");
+        o.forward_headers = vec!["X-Request-Id".into()];
+        o.idle_timeout = Duration::ZERO;
+        assert_eq!(o.validate(0).unwrap_err().0, "origin[0].idle_timeout");
+        assert_eq!(validate_origins(&[origin("/a/"), origin("/a/")]).unwrap_err().0, "origin[1].prefix");
+    }
+
+    #[test]
+    fn an_origin_needs_a_cache_directory() {
+        let c = Cache::default();
+        assert_eq!(c.validate(&[]), Ok(()));
+        assert_eq!(c.validate(&[origin("/a/")]).unwrap_err().0, "cache.dirs");
+        let c = Cache { slice_bytes: 1000, ..Cache::default() };
+        assert_eq!(c.validate(&[]).unwrap_err().0, "cache.slice_bytes");
+    }
+}
