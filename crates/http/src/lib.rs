@@ -14,7 +14,8 @@
 //!    ([`conditional`]), byte ranges ([`range`]), and the exact body layout, including
 //!    `multipart/byteranges` parts, with the Content-Length known up front.
 //! 5. [`response`] writes status lines and header fields into a reusable buffer;
-//!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates.
+//!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates
+//!    and the access log's timestamps (RFC 3339, nginx's CLF).
 //!
 //! Nothing here allocates per request once the reusable buffers have grown.
 #![forbid(unsafe_code)]
