@@ -4,6 +4,7 @@
 //! is full or a second old. Nothing here waits for the writer.
 
 use std::cell::{Cell, RefCell};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,19 +14,45 @@ use super::{Format, Record};
 /// A batch is handed to the writer once it holds this many bytes (a few thousand
 /// records: each hand-over wakes the writer thread, so the writer's cost is mostly
 /// per batch, not per record)...
-pub(super) const BATCH_BYTES: usize = 256 * 1024;
+const BATCH_BYTES: usize = 256 * 1024;
 /// ...or once its oldest record has waited this long.
 const BATCH_AGE: Duration = Duration::from_secs(1);
 /// Room left in a fresh buffer past `BATCH_BYTES`, so the record that fills it
 /// rarely makes it grow.
-pub(super) const MAX_RECORD_GUESS: usize = 4096;
+const MAX_RECORD_GUESS: usize = 4096;
+/// Written batches' buffers a worker keeps to fill again, so that a batch costs no
+/// allocation (a buffer of `BATCH_BYTES` is past malloc's mmap threshold). One is
+/// enough while the writer keeps up: the worker fills one buffer while the writer
+/// writes the other.
+const SPARE_BUFFERS: usize = 1;
 /// How often a worker reads the wall clock afresh to date its records (between
 /// readings, a record's time is that reading moved by the monotonic clock).
 const WALL_CLOCK_EVERY: Duration = Duration::from_secs(1);
 
+/// A batch of formatted records, handed from a worker to the writer.
+pub(super) struct Batch {
+    pub(super) bytes: Vec<u8>,
+    pub(super) records: u64,
+    /// Where the buffer goes once written: its worker's spare buffers.
+    back: SyncSender<Vec<u8>>,
+}
+
+impl Batch {
+    /// Gives the emptied buffer back to the worker that filled it, unless that
+    /// worker has a spare already (or is gone): then it is freed.
+    pub(super) fn give_back(mut self) {
+        self.bytes.clear();
+        let _ = self.back.try_send(self.bytes);
+    }
+}
+
 /// A worker's buffer of formatted records.
 pub struct WorkerLog {
     log: Arc<AccessLog>,
+    /// Emptied buffers of this worker's written batches, given back by the writer
+    /// (a channel only this worker receives from: no lock is shared).
+    spare: Receiver<Vec<u8>>,
+    give_back: SyncSender<Vec<u8>>,
     seen: Cell<u64>,
     buf: RefCell<Vec<u8>>,
     records: Cell<u64>,
@@ -36,8 +63,11 @@ pub struct WorkerLog {
 
 impl WorkerLog {
     pub fn new(log: Arc<AccessLog>) -> WorkerLog {
+        let (give_back, spare) = mpsc::sync_channel(SPARE_BUFFERS);
         WorkerLog {
             log,
+            spare,
+            give_back,
             seen: Cell::new(0),
             buf: RefCell::new(Vec::new()),
             records: Cell::new(0),
@@ -80,7 +110,8 @@ impl WorkerLog {
         {
             let mut buf = self.buf.borrow_mut();
             if buf.capacity() == 0 {
-                *buf = self.log.buffer();
+                // A written batch's buffer, when there is one.
+                *buf = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_BYTES + MAX_RECORD_GUESS));
             }
             match format {
                 Format::Json => rec.write_json(&mut buf),
@@ -104,7 +135,7 @@ impl WorkerLog {
             return;
         }
         let full = std::mem::take(&mut *self.buf.borrow_mut());
-        self.log.submit(full, records);
+        self.log.hand_over(Batch { bytes: full, records, back: self.give_back.clone() });
     }
 
     /// Flushes if the oldest record has waited a second.
@@ -166,13 +197,18 @@ mod tests {
         let first = w.buf.borrow().as_ptr();
         w.flush();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while log.spare_buffers() == 0 {
+        // Waits for the writer to give the buffer back, and leaves it with the worker.
+        let given_back = loop {
+            if let Ok(buf) = w.spare.try_recv() {
+                break buf;
+            }
             assert!(Instant::now() < deadline, "buffer not given back");
             std::thread::sleep(Duration::from_millis(5));
-        }
+        };
+        w.give_back.try_send(given_back).unwrap();
         w.write(&record(b"/b", None), Format::Json, Instant::now());
         assert_eq!(w.buf.borrow().as_ptr(), first);
-        assert_eq!(log.spare_buffers(), 0);
+        assert!(w.spare.try_recv().is_err());
         w.flush();
         log.finish(Duration::from_secs(5));
         assert_eq!(log.counters.written.load(Ordering::Relaxed), 2);
