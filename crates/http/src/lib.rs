@@ -17,7 +17,9 @@
 //!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates
 //!    and the access log's timestamps (RFC 3339, nginx's CLF).
 //!
-//! Nothing here allocates per request once the reusable buffers have grown.
+//! Nothing here allocates per request once the reusable buffers have grown (the
+//! caller's, and a per-thread pool of multipart range lists); `tests/allocations.rs`
+//! counts.
 #![forbid(unsafe_code)]
 
 pub mod body;
