@@ -13,7 +13,7 @@
 
 pub mod tcp_info;
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use linerate_http::Status;
 
@@ -34,19 +34,20 @@ impl Counter {
     }
 }
 
-/// A value that goes up and down, written by a single thread.
+/// A value that goes up and down, written by a single thread: a [`Counter`] read as
+/// two's complement (adding `n as u64` wraps to the very bits adding `n` would).
 #[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
+pub struct Gauge(Counter);
 
 impl Gauge {
     #[inline]
     pub fn add(&self, n: i64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.add(n as u64);
     }
 
     #[inline]
     pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get() as i64
     }
 }
 
