@@ -14,10 +14,13 @@
 //!    ([`conditional`]), byte ranges ([`range`]), and the exact body layout, including
 //!    `multipart/byteranges` parts, with the Content-Length known up front.
 //! 5. [`response`] writes status lines and header fields into a reusable buffer;
-//!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates.
+//!    [`mime`] maps file extensions to media types; [`date`] formats and parses HTTP dates
+//!    and the access log's timestamps (RFC 3339, nginx's CLF).
 //! 6. [`freshness`] reads how long a shared cache may keep an origin's response.
 //!
-//! Nothing here allocates per request once the reusable buffers have grown.
+//! Nothing here allocates per request once the reusable buffers have grown (the
+//! caller's, and a per-thread pool of multipart range lists); `tests/allocations.rs`
+//! counts.
 #![forbid(unsafe_code)]
 
 pub mod body;

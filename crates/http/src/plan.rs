@@ -6,11 +6,17 @@
 //! fields; [`Multipart`] produces the part headers of a `multipart/byteranges` body.
 //! The server then sends the head and walks [`FilePlan::body`], sending part headers
 //! from memory and file ranges with `sendfile`.
+//!
+//! Planning allocates nothing once buffers have grown: ranges are decided in fixed
+//! arrays ([`range`]), and a multipart plan takes its range list from a small
+//! per-thread pool and gives it back when dropped.
+
+use std::cell::RefCell;
 
 use crate::conditional::{self, Precondition, Validators};
 use crate::range::{self, ByteRange, RangeDecision};
 use crate::request::{Method, Request};
-use crate::response::{write_range_value, HeadWriter, Status};
+use crate::response::{range_value_len, write_range_value, HeadWriter, Status};
 
 /// What the server knows about the file it is about to serve.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +81,7 @@ pub fn plan_file(req: &Request, file: &FileInfo<'_>, max_ranges: usize, boundary
             body: Body::Range(ranges[0]),
         },
         RangeDecision::Partial(ranges) => {
-            let mp = Multipart::new(ranges, boundary_seed);
+            let mp = Multipart::new(&ranges, boundary_seed);
             // A multipart body adds part heads to up to the whole file; for a length
             // near u64::MAX (never a real file's: st_size is an i64) that sum does not
             // fit, and the Range field is ignored, as RFC 9110 section 14.2 allows.
@@ -106,17 +112,17 @@ impl FilePlan {
                 return;
             }
             Status::RangeNotSatisfiable => {
-                let mut v = b"bytes */".to_vec();
-                v.extend_from_slice(itoa::Buffer::new().format(file.len_bytes).as_bytes());
-                head.field("Content-Range", &v).field_u64("Content-Length", 0);
+                head.unsatisfied_range(file.len_bytes).field_u64("Content-Length", 0);
                 return;
             }
             _ => {}
         }
         match &self.body {
             Body::Multipart(mp) => {
-                let mut ct = b"multipart/byteranges; boundary=".to_vec();
-                ct.extend_from_slice(mp.boundary());
+                let mut ct = [0u8; MULTIPART_TYPE.len() + BOUNDARY_LEN];
+                let (media_type, boundary) = ct.split_at_mut(MULTIPART_TYPE.len());
+                media_type.copy_from_slice(MULTIPART_TYPE);
+                boundary.copy_from_slice(mp.boundary());
                 head.field("Content-Type", &ct);
             }
             Body::Range(r) if self.status == Status::PartialContent => {
@@ -136,6 +142,25 @@ impl FilePlan {
 
 const BOUNDARY_PREFIX: &[u8] = b"linerate-";
 const BOUNDARY_LEN: usize = BOUNDARY_PREFIX.len() + 16;
+/// The Content-Type of a multipart body, up to its boundary.
+const MULTIPART_TYPE: &[u8] = b"multipart/byteranges; boundary=";
+/// The pieces of a part head and of the closing delimiter, around the boundary, the
+/// content type and the range: `\r\n--B\r\nContent-Type: T\r\nContent-Range: R\r\n\r\n`
+/// and `\r\n--B--\r\n`.
+const DELIMITER: &[u8] = b"\r\n--";
+const PART_TYPE: &[u8] = b"\r\nContent-Type: ";
+const PART_RANGE: &[u8] = b"\r\nContent-Range: ";
+const PART_HEAD_END: &[u8] = b"\r\n\r\n";
+const CLOSING_END: &[u8] = b"--\r\n";
+/// Range lists kept per thread for the next multipart plans.
+const SPARE_RANGE_LISTS: usize = 64;
+
+thread_local! {
+    /// Range lists of dropped multipart plans, for the next ones: a thread allocates
+    /// a list only while it has more multipart plans alive at once than ever before
+    /// (or more than `SPARE_RANGE_LISTS`), or for more ranges than a list held.
+    static SPARE: RefCell<Vec<Vec<ByteRange>>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The parts of a `multipart/byteranges` body.
 #[derive(Debug, PartialEq, Eq)]
@@ -144,8 +169,25 @@ pub struct Multipart {
     boundary: [u8; BOUNDARY_LEN],
 }
 
+impl Drop for Multipart {
+    /// Gives the range list back to this thread's spares.
+    fn drop(&mut self) {
+        let mut list = std::mem::take(&mut self.ranges);
+        list.clear();
+        // Fails only while the thread exits: the list is then freed.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARE_RANGE_LISTS {
+                spare.push(list);
+            }
+        });
+    }
+}
+
 impl Multipart {
-    fn new(ranges: Vec<ByteRange>, seed: u64) -> Multipart {
+    fn new(parts: &[ByteRange], seed: u64) -> Multipart {
+        let mut ranges = SPARE.try_with(|spare| spare.borrow_mut().pop()).ok().flatten().unwrap_or_default();
+        ranges.extend_from_slice(parts);
         let mut boundary = [0u8; BOUNDARY_LEN];
         boundary[..BOUNDARY_PREFIX.len()].copy_from_slice(BOUNDARY_PREFIX);
         let mut x = splitmix64(seed);
@@ -164,34 +206,38 @@ impl Multipart {
     pub fn write_part_head(&self, i: usize, content_type: &str, total_len: u64, out: &mut Vec<u8>) {
         let r = self.ranges[i];
         out.clear();
-        out.extend_from_slice(b"\r\n--");
+        out.extend_from_slice(DELIMITER);
         out.extend_from_slice(&self.boundary);
-        out.extend_from_slice(b"\r\nContent-Type: ");
+        out.extend_from_slice(PART_TYPE);
         out.extend_from_slice(content_type.as_bytes());
-        out.extend_from_slice(b"\r\nContent-Range: ");
+        out.extend_from_slice(PART_RANGE);
         write_range_value(out, r.first, r.last, total_len);
-        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(PART_HEAD_END);
     }
 
     /// Writes the closing delimiter into `out` (cleared first).
     pub fn write_closing(&self, out: &mut Vec<u8>) {
         out.clear();
-        out.extend_from_slice(b"\r\n--");
+        out.extend_from_slice(DELIMITER);
         out.extend_from_slice(&self.boundary);
-        out.extend_from_slice(b"--\r\n");
+        out.extend_from_slice(CLOSING_END);
     }
 
     /// The exact length of the whole multipart body, or `None` if it does not fit
-    /// in a u64.
+    /// in a u64. Counted, not written: the part heads differ only in their range.
     pub fn content_length(&self, content_type: &str, total_len: u64) -> Option<u64> {
-        let mut scratch = Vec::with_capacity(128);
+        let head_bytes = DELIMITER.len()
+            + BOUNDARY_LEN
+            + PART_TYPE.len()
+            + content_type.len()
+            + PART_RANGE.len()
+            + PART_HEAD_END.len();
         let mut n: u64 = 0;
-        for (i, r) in self.ranges.iter().enumerate() {
-            self.write_part_head(i, content_type, total_len, &mut scratch);
-            n = n.checked_add(scratch.len() as u64)?.checked_add(r.len_bytes())?;
+        for r in &self.ranges {
+            let part_head = head_bytes + range_value_len(r.first, r.last, total_len);
+            n = n.checked_add(part_head as u64)?.checked_add(r.len_bytes())?;
         }
-        self.write_closing(&mut scratch);
-        n.checked_add(scratch.len() as u64)
+        n.checked_add((DELIMITER.len() + BOUNDARY_LEN + CLOSING_END.len()) as u64)
     }
 }
 

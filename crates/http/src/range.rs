@@ -10,6 +10,9 @@
 //! - a request with more range-specs than `max_ranges` is served whole (ignored);
 //! - overlapping ranges, and ranges separated by less than a part header's worth of
 //!   bytes, are coalesced, so the parts never add up to more than the file.
+//!
+//! Nothing here allocates: specs and ranges are held in fixed arrays of
+//! [`MAX_RANGES`], the most `max_ranges` can be.
 
 /// A satisfiable range, inclusive at both ends as in `Content-Range`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,12 +30,67 @@ impl ByteRange {
 /// Ranges closer than this are merged into one part: a part header costs about as much.
 pub const COALESCE_GAP_BYTES: u64 = 80;
 
+/// The most range-specs a Range field can have and still be honoured, whatever
+/// `max_ranges` asks (`limits.max_ranges` is validated to at most this).
+pub const MAX_RANGES: usize = 64;
+
+/// Up to [`MAX_RANGES`] satisfiable ranges, in a fixed array: deciding a Range
+/// field allocates nothing. Reads as a slice.
+#[derive(Clone, Copy)]
+pub struct Ranges {
+    len: usize,
+    items: [ByteRange; MAX_RANGES],
+}
+
+impl Ranges {
+    const fn new() -> Ranges {
+        Ranges { len: 0, items: [ByteRange { first: 0, last: 0 }; MAX_RANGES] }
+    }
+
+    /// Appends `r`: callers push at most as many ranges as there were specs.
+    fn push(&mut self, r: ByteRange) {
+        self.items[self.len] = r;
+        self.len += 1;
+    }
+}
+
+impl std::ops::Deref for Ranges {
+    type Target = [ByteRange];
+
+    fn deref(&self) -> &[ByteRange] {
+        &self.items[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Ranges {
+    fn deref_mut(&mut self) -> &mut [ByteRange] {
+        &mut self.items[..self.len]
+    }
+}
+
+impl PartialEq for Ranges {
+    fn eq(&self, other: &Ranges) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Ranges {}
+
+impl std::fmt::Debug for Ranges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+// A decision lives on the stack for the time of one plan; boxing its ranges would be
+// the allocation this type exists to avoid.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum RangeDecision {
     /// Serve the whole representation with 200.
     Whole,
     /// Serve these ranges with 206 (one range: a plain 206; several: multipart).
-    Partial(Vec<ByteRange>),
+    Partial(Ranges),
     /// None of the ranges is satisfiable: 416 with `Content-Range: bytes */len`.
     Unsatisfiable,
 }
@@ -48,7 +106,7 @@ enum Spec {
 /// Decides what to send for `range` (the Range field value) on a representation of
 /// `len` bytes. `max_ranges == 0` disables range support.
 pub fn evaluate(range: &[u8], len: u64, max_ranges: usize) -> RangeDecision {
-    let mut specs = [Spec::Suffix(0); 64];
+    let mut specs = [Spec::Suffix(0); MAX_RANGES];
     let cap = max_ranges.min(specs.len());
     let Some(count) = parse(range, &mut specs[..cap]) else {
         return RangeDecision::Whole;
@@ -58,15 +116,17 @@ pub fn evaluate(range: &[u8], len: u64, max_ranges: usize) -> RangeDecision {
     if len == 0 {
         return RangeDecision::Whole;
     }
-    let mut ranges: Vec<ByteRange> = specs[..count]
-        .iter()
-        .filter_map(|spec| match *spec {
-            Spec::From { first, .. } if first >= len => None,
-            Spec::From { first, last } => Some(ByteRange { first, last: last.map_or(len - 1, |l| l.min(len - 1)) }),
-            Spec::Suffix(0) => None,
-            Spec::Suffix(n) => Some(ByteRange { first: len.saturating_sub(n), last: len - 1 }),
-        })
-        .collect();
+    let mut ranges = Ranges::new();
+    for spec in &specs[..count] {
+        match *spec {
+            Spec::From { first, .. } if first >= len => {}
+            Spec::From { first, last } => {
+                ranges.push(ByteRange { first, last: last.map_or(len - 1, |l| l.min(len - 1)) })
+            }
+            Spec::Suffix(0) => {}
+            Spec::Suffix(n) => ranges.push(ByteRange { first: len.saturating_sub(n), last: len - 1 }),
+        }
+    }
     if ranges.is_empty() {
         return RangeDecision::Unsatisfiable;
     }
@@ -119,11 +179,13 @@ fn number(s: &[u8]) -> Option<u64> {
 /// client's order is kept (RFC 9110 section 14.6 asks for the requested order);
 /// otherwise the merged result is in ascending order, which the same section permits
 /// for coalesced ranges.
-fn coalesce(ranges: &mut Vec<ByteRange>) {
-    let mut sorted = ranges.clone();
-    sorted.sort_by_key(|r| r.first);
-    let mut merged: Vec<ByteRange> = Vec::with_capacity(sorted.len());
-    for r in sorted {
+fn coalesce(ranges: &mut Ranges) {
+    let mut sorted = *ranges;
+    // Unstable, as it never allocates; ranges with equal starts always merge, so
+    // their order makes no difference.
+    sorted.sort_unstable_by_key(|r| r.first);
+    let mut merged = Ranges::new();
+    for &r in sorted.iter() {
         match merged.last_mut() {
             Some(prev) if r.first <= prev.last.saturating_add(COALESCE_GAP_BYTES) => {
                 prev.last = prev.last.max(r.last);
@@ -144,21 +206,27 @@ mod tests {
         ByteRange { first, last }
     }
 
+    fn ranges(rs: &[ByteRange]) -> Ranges {
+        let mut out = Ranges::new();
+        rs.iter().for_each(|&r| out.push(r));
+        out
+    }
+
     fn eval(v: &str, len: u64) -> RangeDecision {
         evaluate(v.as_bytes(), len, 16)
     }
 
     #[test]
     fn single_ranges() {
-        assert_eq!(eval("bytes=0-9", 100), RangeDecision::Partial(vec![r(0, 9)]));
-        assert_eq!(eval("bytes=90-", 100), RangeDecision::Partial(vec![r(90, 99)]));
-        assert_eq!(eval("bytes=90-1000", 100), RangeDecision::Partial(vec![r(90, 99)]));
-        assert_eq!(eval("bytes=-10", 100), RangeDecision::Partial(vec![r(90, 99)]));
-        assert_eq!(eval("bytes=-1000", 100), RangeDecision::Partial(vec![r(0, 99)]));
+        assert_eq!(eval("bytes=0-9", 100), RangeDecision::Partial(ranges(&[r(0, 9)])));
+        assert_eq!(eval("bytes=90-", 100), RangeDecision::Partial(ranges(&[r(90, 99)])));
+        assert_eq!(eval("bytes=90-1000", 100), RangeDecision::Partial(ranges(&[r(90, 99)])));
+        assert_eq!(eval("bytes=-10", 100), RangeDecision::Partial(ranges(&[r(90, 99)])));
+        assert_eq!(eval("bytes=-1000", 100), RangeDecision::Partial(ranges(&[r(0, 99)])));
         assert_eq!(eval("BYTES = 5-5", 100), RangeDecision::Whole); // space before '=' is not allowed
-        assert_eq!(eval("Bytes=5-5", 100), RangeDecision::Partial(vec![r(5, 5)]));
-        assert_eq!(eval(" bytes=0-0 ", 1), RangeDecision::Partial(vec![r(0, 0)]));
-        assert_eq!(eval("bytes=0-99999999999999999999999", 10), RangeDecision::Partial(vec![r(0, 9)]));
+        assert_eq!(eval("Bytes=5-5", 100), RangeDecision::Partial(ranges(&[r(5, 5)])));
+        assert_eq!(eval(" bytes=0-0 ", 1), RangeDecision::Partial(ranges(&[r(0, 0)])));
+        assert_eq!(eval("bytes=0-99999999999999999999999", 10), RangeDecision::Partial(ranges(&[r(0, 9)])));
     }
 
     #[test]
@@ -199,21 +267,21 @@ mod tests {
     fn multiple_ranges() {
         assert_eq!(
             eval("bytes=0-9, 500-599,,-10", 1000),
-            RangeDecision::Partial(vec![r(0, 9), r(500, 599), r(990, 999)])
+            RangeDecision::Partial(ranges(&[r(0, 9), r(500, 599), r(990, 999)]))
         );
         // Unsatisfiable members are dropped; if one is left, it is a single range.
-        assert_eq!(eval("bytes=0-9, 5000-", 1000), RangeDecision::Partial(vec![r(0, 9)]));
+        assert_eq!(eval("bytes=0-9, 5000-", 1000), RangeDecision::Partial(ranges(&[r(0, 9)])));
     }
 
     #[test]
     fn overlapping_and_close_ranges_are_coalesced() {
-        assert_eq!(eval("bytes=0-99,50-150", 1000), RangeDecision::Partial(vec![r(0, 150)]));
-        assert_eq!(eval("bytes=500-599,0-9", 1000), RangeDecision::Partial(vec![r(500, 599), r(0, 9)]));
-        assert_eq!(eval("bytes=500-599,0-9,5-20", 1000), RangeDecision::Partial(vec![r(0, 20), r(500, 599)]));
-        assert_eq!(eval("bytes=0-9,20-29", 1000), RangeDecision::Partial(vec![r(0, 29)]));
+        assert_eq!(eval("bytes=0-99,50-150", 1000), RangeDecision::Partial(ranges(&[r(0, 150)])));
+        assert_eq!(eval("bytes=500-599,0-9", 1000), RangeDecision::Partial(ranges(&[r(500, 599), r(0, 9)])));
+        assert_eq!(eval("bytes=500-599,0-9,5-20", 1000), RangeDecision::Partial(ranges(&[r(0, 20), r(500, 599)])));
+        assert_eq!(eval("bytes=0-9,20-29", 1000), RangeDecision::Partial(ranges(&[r(0, 29)])));
         // The amplification attack: many copies of the whole file become one range.
         let attack = format!("bytes={}", vec!["0-"; 16].join(","));
-        assert_eq!(eval(&attack, 1000), RangeDecision::Partial(vec![r(0, 999)]));
+        assert_eq!(eval(&attack, 1000), RangeDecision::Partial(ranges(&[r(0, 999)])));
     }
 
     #[test]

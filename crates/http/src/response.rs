@@ -153,6 +153,14 @@ impl<'a> HeadWriter<'a> {
         self
     }
 
+    /// `Content-Range: bytes */len`, a 416's.
+    pub fn unsatisfied_range(&mut self, len: u64) -> &mut Self {
+        self.buf.extend_from_slice(b"Content-Range: bytes */");
+        self.buf.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+        self
+    }
+
     /// Appends fields that were rendered ahead of time (`Name: value\r\n` lines).
     pub fn rendered(&mut self, fields: &[u8]) -> &mut Self {
         self.buf.extend_from_slice(fields);
@@ -165,15 +173,23 @@ impl<'a> HeadWriter<'a> {
     }
 }
 
+const RANGE_UNIT: &[u8] = b"bytes ";
+
 /// `bytes first-last/len`, the value of Content-Range.
 pub(crate) fn write_range_value(buf: &mut Vec<u8>, first: u64, last: u64, len: u64) {
     let mut n = itoa::Buffer::new();
-    buf.extend_from_slice(b"bytes ");
+    buf.extend_from_slice(RANGE_UNIT);
     buf.extend_from_slice(n.format(first).as_bytes());
     buf.push(b'-');
     buf.extend_from_slice(n.format(last).as_bytes());
     buf.push(b'/');
     buf.extend_from_slice(n.format(len).as_bytes());
+}
+
+/// The length of what [`write_range_value`] writes.
+pub(crate) fn range_value_len(first: u64, last: u64, len: u64) -> usize {
+    let mut n = itoa::Buffer::new();
+    RANGE_UNIT.len() + n.format(first).len() + 1 + n.format(last).len() + 1 + n.format(len).len()
 }
 
 /// Whether a configured field value is safe to send (no CR, LF or other controls

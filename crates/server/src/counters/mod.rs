@@ -1,7 +1,8 @@
 //! Per-worker counters, gauges and histograms (`[stats]` configures the `TCP_INFO` sampling).
 //!
-//! Each worker owns one [`WorkerCounters`], alone on its cache lines, and is the
-//! only thread that writes it; readers (the admin endpoint, the supervisor) sum all
+//! Each worker owns one [`WorkerCounters`], alone on its cache lines (histogram
+//! buckets included: they are held inline, not in heap blocks that could sit beside
+//! another worker's), and is the only thread that writes it; readers (the admin endpoint, the supervisor) sum all
 //! workers' values when asked. Writes are a relaxed load and store of the worker's
 //! own line: no locked instruction, no line shared between cores, which is the
 //! cheapest counting there is. A reader may see a value a few increments old, never
@@ -12,7 +13,7 @@
 
 pub mod tcp_info;
 
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use linerate_http::Status;
 
@@ -33,28 +34,35 @@ impl Counter {
     }
 }
 
-/// A value that goes up and down, written by a single thread.
+/// A value that goes up and down, written by a single thread: a [`Counter`] read as
+/// two's complement (adding `n as u64` wraps to the very bits adding `n` would).
 #[derive(Debug, Default)]
-pub struct Gauge(AtomicI64);
+pub struct Gauge(Counter);
 
 impl Gauge {
     #[inline]
     pub fn add(&self, n: i64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.add(n as u64);
     }
 
     #[inline]
     pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get() as i64
     }
 }
+
+/// The most buckets a histogram has: its bounds (see [`buckets`]) and +Inf.
+const MAX_BUCKETS: usize = 16;
 
 /// A histogram with fixed upper bounds, written by a single thread.
 #[derive(Debug)]
 pub struct Histogram {
     bounds: &'static [f64],
-    /// One count per bound, then the +Inf bucket (not cumulative).
-    buckets: Vec<Counter>,
+    /// One count per bound, then the +Inf bucket (not cumulative), then unused ones.
+    /// Inline, so that they lie inside the owner's `WorkerCounters` and on its cache
+    /// lines: bucket vectors allocated one after another for each worker would share
+    /// lines between workers.
+    buckets: [Counter; MAX_BUCKETS],
     /// The sum of observations, as f64 bits.
     sum: AtomicU64,
     count: Counter,
@@ -62,9 +70,10 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Histogram {
+        assert!(bounds.len() < MAX_BUCKETS, "{} bounds: raise MAX_BUCKETS", bounds.len());
         Histogram {
             bounds,
-            buckets: (0..=bounds.len()).map(|_| Counter::default()).collect(),
+            buckets: std::array::from_fn(|_| Counter::default()),
             sum: AtomicU64::new(0f64.to_bits()),
             count: Counter::default(),
         }
@@ -86,10 +95,11 @@ impl Histogram {
     pub fn accumulate(&self, acc: &mut (f64, u64, Vec<u64>)) {
         acc.0 += f64::from_bits(self.sum.load(Ordering::Relaxed));
         acc.1 += self.count.get();
-        if acc.2.len() < self.buckets.len() {
-            acc.2.resize(self.buckets.len(), 0);
+        let buckets = &self.buckets[..=self.bounds.len()];
+        if acc.2.len() < buckets.len() {
+            acc.2.resize(buckets.len(), 0);
         }
-        for (a, b) in acc.2.iter_mut().zip(&self.buckets) {
+        for (a, b) in acc.2.iter_mut().zip(buckets) {
             *a += b.get();
         }
     }
@@ -441,5 +451,48 @@ mod tests {
         assert_eq!(acc.2[1], 2); // <= 1
         assert_eq!(acc.2[3], 2); // <= 5
         assert_eq!(*acc.2.last().unwrap(), 2); // +Inf
+    }
+
+    /// No two workers' written data share a 64-byte cache line (nor a 128-byte pair
+    /// of lines, which adjacent-line prefetchers fetch together): each worker's lies
+    /// inside its own `WorkerCounters`, which starts and ends on a 128-byte boundary.
+    #[test]
+    fn a_workers_counters_share_no_cache_line_with_another_workers() {
+        let workers: Vec<_> = (0..4).map(|i| std::sync::Arc::new(WorkerCounters::new(i, None, None, 0))).collect();
+        let size = std::mem::size_of::<WorkerCounters>();
+        assert_eq!(size % 128, 0);
+        let span = |c: &WorkerCounters| {
+            let start = std::ptr::from_ref(c).addr();
+            assert_eq!(start % 128, 0);
+            start..start + size
+        };
+        for c in &workers {
+            let own = span(c);
+            let t = &c.tcp;
+            for h in [
+                &c.cold.fill_wait_seconds,
+                &t.rtt_seconds,
+                &t.rtt_variance_seconds,
+                &t.delivery_rate_bits,
+                &t.pacing_rate_bits,
+                &t.cwnd_segments,
+                &t.retransmits,
+                &t.total_retransmits,
+            ] {
+                let buckets = h.buckets.as_ptr_range();
+                assert!(
+                    own.contains(&buckets.start.addr()) && buckets.end.addr() <= own.end,
+                    "{buckets:?} outside {own:?}"
+                );
+            }
+        }
+        for (i, a) in workers.iter().enumerate() {
+            for b in &workers[i + 1..] {
+                let (a, b) = (span(a), span(b));
+                let lines = |r: &std::ops::Range<usize>| r.start / 64..r.end.div_ceil(64);
+                let (la, lb) = (lines(&a), lines(&b));
+                assert!(la.end <= lb.start || lb.end <= la.start, "{a:?} and {b:?} share a line");
+            }
+        }
     }
 }
