@@ -1,6 +1,14 @@
 //! The origin client: HTTP/1.1 requests from the pull-through cache to the
 //! origins of the `[[origin]]` tables.
 //!
+//! **A request** is built by linerate, never copied from the viewer's
+//! ([`OriginRequest`]): the method (GET, or HEAD), the URL's path followed by the
+//! rest of the viewer's path (percent-encoded) and the query the cache keys on,
+//! `Host` (the URL's host, with `:port` unless it is the scheme's default),
+//! `User-Agent: linerate/<version>`, `Accept-Encoding: identity` (bytes are cached
+//! as the origin stores them), `Range`, `If-None-Match`, `If-Modified-Since`, and
+//! the viewer fields the table's `forward_headers` names. Nothing else.
+//!
 //! **Routing.** A request path belongs to the table whose prefix is its longest
 //! prefix ([`Origins::route`]); what follows the prefix goes after the origin
 //! URL's path.
@@ -9,12 +17,17 @@
 //! threads ([`Origins::spawn`]; see `runtime`); a worker never waits on the
 //! network for an origin, it awaits a channel fed from there.
 
+mod request;
 mod runtime;
 #[cfg(test)]
 mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
+
+// Wired into the cache in the next step (until then, only the tests use these).
+#[allow(unused_imports)]
+pub use self::request::OriginRequest;
 
 use runtime::Runtime;
 
