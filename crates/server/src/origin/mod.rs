@@ -17,6 +17,7 @@
 //! threads ([`Origins::spawn`]; see `runtime`); a worker never waits on the
 //! network for an origin, it awaits a channel fed from there.
 
+mod content_range;
 mod request;
 mod runtime;
 #[cfg(test)]
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 // Wired into the cache in the next step (until then, only the tests use these).
 #[allow(unused_imports)]
-pub use self::request::OriginRequest;
+pub use self::{content_range::ContentRange, request::OriginRequest};
 
 use runtime::Runtime;
 
