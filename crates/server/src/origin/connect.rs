@@ -1,4 +1,4 @@
-//! Connections to one origin URL: TCP under the connect timeout, counted
+//! Connections to one origin URL: TCP and TLS under the connect timeout, counted
 //! while open, and the keep-alive pool they return to.
 
 use std::collections::VecDeque;
@@ -10,18 +10,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http_body_util::Empty;
 use hyper::client::conn::http1;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::RootCertStore;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use super::error::{OriginError, Phase};
 use super::request::host_field;
 use super::stats::Counters;
+use super::stream::{HandshakeError, Stream, TlsStream};
 use crate::config::{parse_base_url, BaseUrl, Origin};
 
 /// Response heads (status line and fields) longer than this are refused: an
@@ -41,6 +46,11 @@ pub(super) struct Url {
     pub(super) base: BaseUrl,
     /// The `Host` field of every request to it.
     pub(super) host: HeaderValue,
+    /// The TLS configuration and name of an `https` URL (the name is its host:
+    /// SNI, and what its certificate must be for).
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The roots a certificate must chain to, said in an untrusted-certificate error.
+    trust: Arc<str>,
     /// Newest last.
     idle: Mutex<VecDeque<Conn>>,
     max_idle: usize,
@@ -57,20 +67,36 @@ pub(super) struct Conn {
 }
 
 impl Url {
-    pub(super) fn new(text: &str, table: &Origin) -> Result<Url, String> {
+    pub(super) fn new(
+        text: &str,
+        table: &Origin,
+        tls: &Arc<rustls::ClientConfig>,
+        trust: Arc<str>,
+    ) -> Result<Url, String> {
         let base = parse_base_url(text)?;
         let host = HeaderValue::from_str(&host_field(&base)).map_err(|e| format!("{text:?}: bad host: {e}"))?;
+        let tls = if base.https {
+            let name = ServerName::try_from(bare_host(&base.host).to_string())
+                .map_err(|e| format!("{text:?}: {} is not a server name: {e}", base.host))?;
+            Some((tls.clone(), name))
+        } else {
+            None
+        };
         Ok(Url {
             text: text.to_string(),
             base,
             host,
+            tls,
+            trust,
             idle: Mutex::new(VecDeque::new()),
             max_idle: table.max_idle_connections,
             counters: Counters::default(),
         })
     }
 
-    /// A new connection, its task spawned on the current (origin) runtime.
+    /// A new connection, its task spawned on the current (origin) runtime. The
+    /// whole of it, TLS handshake included, is under `timeout` (as nginx's
+    /// `proxy_connect_timeout` covers its SSL handshake).
     pub(super) async fn connect(self: &Arc<Self>, timeout: Duration) -> Result<Conn, OriginError> {
         let stream =
             tokio::time::timeout(timeout, self.open()).await.map_err(|_| OriginError::Timeout(Phase::Connect))??;
@@ -87,8 +113,8 @@ impl Url {
         Ok(Conn { sender, ended, since: Instant::now() })
     }
 
-    /// TCP to the first address of the host that answers.
-    async fn open(&self) -> Result<TokioIo<TcpStream>, OriginError> {
+    /// TCP to the first address of the host that answers, then TLS for `https`.
+    async fn open(&self) -> Result<Stream, OriginError> {
         let host = bare_host(&self.base.host);
         let fail = |what: String| OriginError::Connect(format!("{}: {what}", self.text));
         let addrs = tokio::net::lookup_host((host, self.base.port))
@@ -110,7 +136,16 @@ impl Url {
         };
         // Requests are small and sent whole: nothing to gain from Nagle.
         let _ = tcp.set_nodelay(true);
-        Ok(TokioIo::new(tcp))
+        let Some((config, name)) = &self.tls else { return Ok(Stream::Plain(TokioIo::new(tcp))) };
+        match TlsStream::handshake(tcp, config.clone(), name.clone()).await {
+            Ok(tls) => Ok(Stream::Tls(Box::new(tls))),
+            Err(HandshakeError::Tls(e @ rustls::Error::InvalidCertificate(_))) => Err(fail(format!(
+                "TLS: the certificate of {host} is not trusted ({e}): it must be for {host} and chain to {}",
+                self.trust
+            ))),
+            Err(HandshakeError::Tls(e)) => Err(fail(format!("TLS handshake: {e}"))),
+            Err(HandshakeError::Io(e)) => Err(fail(format!("TLS handshake: {e}"))),
+        }
     }
 
     /// The newest idle connection still open and not expired.
@@ -169,7 +204,69 @@ impl Conn {
     }
 }
 
-/// A host as `lookup_host` takes it: an IPv6 address without its brackets.
+/// The certificate authorities a table's `https` URLs are verified against:
+/// those of its `ca_file`, or the system's (loaded once, by `system`, only when
+/// some table needs them). `None` when the table has neither a `ca_file` nor an
+/// `https` URL. Errors name the table's key.
+pub(super) fn roots(
+    table: &Origin,
+    index: usize,
+    system: &mut Option<Arc<RootCertStore>>,
+) -> anyhow::Result<Option<(Arc<RootCertStore>, Arc<str>)>> {
+    if let Some(path) = &table.ca_file {
+        let key = format!("origin[{index}].ca_file");
+        let pem = std::fs::read(path).with_context(|| format!("{key}: {}: cannot read", path.display()))?;
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow!("{key}: {}: not a PEM certificate list: {e}", path.display()))?;
+        if certs.is_empty() {
+            bail!("{key}: {}: contains no certificate", path.display());
+        }
+        let mut store = RootCertStore::empty();
+        for (i, cert) in certs.into_iter().enumerate() {
+            store
+                .add(cert)
+                .map_err(|e| anyhow!("{key}: {}: certificate {i} is not a usable CA: {e}", path.display()))?;
+        }
+        let trust = format!("the certificates in {} ({key})", path.display());
+        return Ok(Some((Arc::new(store), trust.into())));
+    }
+    if !table.urls.iter().any(|u| u.starts_with("https://")) {
+        return Ok(None);
+    }
+    if system.is_none() {
+        let found = rustls_native_certs::load_native_certs();
+        let mut store = RootCertStore::empty();
+        let (added, _unusable) = store.add_parsable_certificates(found.certs);
+        if added == 0 {
+            let why: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+            bail!(
+                "origin[{index}]: no system root certificate could be loaded ({}); name the origin's CA in \
+                 origin[{index}].ca_file",
+                if why.is_empty() { "none found".to_string() } else { why.join("; ") }
+            );
+        }
+        *system = Some(Arc::new(store));
+    }
+    let store = system.clone().unwrap_or_else(|| Arc::new(RootCertStore::empty()));
+    Ok(Some((store, "the system's root certificates".into())))
+}
+
+/// A client configuration verifying against `roots` (always: there is no switch
+/// to turn verification off).
+pub(super) fn tls_config(roots: Arc<RootCertStore>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A host as `lookup_host` and `ServerName` take it: an IPv6 address without
+/// its brackets.
 fn bare_host(host: &str) -> &str {
     host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
 }

@@ -15,10 +15,10 @@
 //! answer (a 404 too) is returned. When every URL failed, the last failure is
 //! returned: a 5xx from the last URL is [`OriginError::Status`].
 //!
-//! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect;
-//! `first_byte_timeout` covers sending the request and receiving the head;
-//! `idle_timeout` is the longest wait for the next piece of a body
-//! ([`OriginResponse::chunk`]). A head over [`HEAD_LIMIT_BYTES`] is refused.
+//! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
+//! the TLS handshake; `first_byte_timeout` covers sending the request and
+//! receiving the head; `idle_timeout` is the longest wait for the next piece of a
+//! body ([`OriginResponse::chunk`]). A head over [`HEAD_LIMIT_BYTES`] is refused.
 //!
 //! **Pool.** A connection whose body was read to its end goes back to its URL's
 //! pool (at most the table's `max_idle_connections`, the newest reused first);
@@ -27,6 +27,11 @@
 //! any answer (the origin closed it meanwhile) is sent again on another one, a
 //! new one at the latest, without counting as a failure: GET and HEAD are safe
 //! to send twice.
+//!
+//! **TLS** (rustls, aws-lc-rs): certificate verification is always on. The roots
+//! are the system's (`rustls-native-certs`), or only the certificates in the
+//! table's `ca_file` when it is set. SNI and `Host` name the origin URL's host,
+//! never the viewer's.
 //!
 //! **The runtime.** Every origin request and every fill task runs on the origin
 //! threads ([`Origins::spawn`]; see `runtime`); a worker never waits on the
@@ -41,6 +46,7 @@ mod request;
 mod response;
 mod runtime;
 mod stats;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -85,11 +91,18 @@ impl Origins {
     /// Builds the clients of every `[[origin]]` table and starts the origin runtime:
     /// `threads` OS threads (at least one, named `linerate-origin{n}`), on which
     /// every origin request and every fill task runs; workers never wait on the
-    /// network themselves (they await channels fed from here). Errors name the
-    /// table's key (`origin[1].urls[0]: ...`).
+    /// network themselves (they await channels fed from here). TLS: certificate
+    /// verification always on; roots = the system's (`rustls-native-certs`), or
+    /// only the certificates in the table's `ca_file` when set; SNI and Host are
+    /// the origin URL's host, never the viewer's. Errors name the table's key
+    /// (`origin[1].ca_file: ...`).
     pub fn start(tables: &[crate::config::Origin], threads: usize) -> anyhow::Result<Arc<Origins>> {
+        let mut system_roots = None;
         let mut built = Vec::with_capacity(tables.len());
         for (i, config) in tables.iter().enumerate() {
+            let (roots, trust) = connect::roots(config, i, &mut system_roots)?
+                .unwrap_or_else(|| (Arc::new(rustls::RootCertStore::empty()), "no root certificate".into()));
+            let tls = connect::tls_config(roots)?;
             if config.urls.is_empty() {
                 return Err(anyhow!("origin[{i}].urls: at least one origin URL is needed"));
             }
@@ -98,7 +111,9 @@ impl Origins {
                 .iter()
                 .enumerate()
                 .map(|(j, text)| {
-                    Url::new(text, config).map(Arc::new).map_err(|e| anyhow!("origin[{i}].urls[{j}]: {e}"))
+                    Url::new(text, config, &tls, trust.clone())
+                        .map(Arc::new)
+                        .map_err(|e| anyhow!("origin[{i}].urls[{j}]: {e}"))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             built.push(Table { config: config.clone(), urls });

@@ -1,12 +1,15 @@
 //! The origin client against real sockets on 127.0.0.1: servers started by each
-//! test (raw TCP writing canned bytes), the
+//! test (raw TCP writing canned bytes; a rustls server on a thread for HTTPS), the
 //! client on its own origin runtime.
 
 use std::future::Future;
+use std::io::{Read as _, Write as _};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -447,6 +450,134 @@ async fn an_idle_connection_is_closed_once_expired() {
     url.sweep();
     assert_eq!(url.idle_count(), 0);
     wait_for("the expired connection to close", || origins.stats()[0].open_connections == 0).await;
+}
+
+/// A CA certificate (PEM) and an issuer to sign with.
+struct Ca {
+    pem: String,
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+}
+
+fn ca(name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pem = params.self_signed(&key).unwrap().pem();
+    Ca { pem, params, key }
+}
+
+/// A certificate for `localhost` signed by `ca`, and its key.
+fn leaf(ca: &Ca) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &rcgen::Issuer::from_params(&ca.params, &ca.key)).unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+    (vec![CertificateDer::from(cert.der().to_vec())], key)
+}
+
+/// What the HTTPS test server saw: the SNI name and the request head.
+type Seen = std::io::Result<(Option<String>, String)>;
+
+/// An HTTPS server on a thread for one connection: answers one request with
+/// `body` and closes. The thread ends by itself (a deadline on the accept and the reads).
+fn tls_server(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    body: String,
+) -> (u16, std::thread::JoinHandle<Seen>) {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let thread = std::thread::spawn(move || -> Seen {
+        listener.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let tcp = loop {
+            match listener.accept() {
+                Ok((tcp, _)) => break tcp,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(ms(5))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        drop(listener);
+        tcp.set_nonblocking(false)?;
+        tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let conn = rustls::ServerConnection::new(Arc::new(config)).map_err(std::io::Error::other)?;
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if tls.read(&mut byte)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            head.push(byte[0]);
+        }
+        tls.write_all(&ok(&body))?;
+        tls.conn.send_close_notify();
+        tls.flush()?;
+        let sni = tls.conn.server_name().map(str::to_string);
+        Ok((sni, String::from_utf8_lossy(&head).into_owned()))
+    });
+    (port, thread)
+}
+
+#[tokio::test]
+async fn https_verifies_against_the_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, other) = (ca("good CA"), ca("other CA"));
+    std::fs::write(dir.path().join("good.pem"), &good.pem).unwrap();
+    std::fs::write(dir.path().join("other.pem"), &other.pem).unwrap();
+
+    // Many TLS records: the body is read across reads of the socket.
+    let body: String = (0..300_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let (chain, key) = leaf(&good);
+    let (port, server) = tls_server(chain, key, body.clone());
+    let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
+    t.ca_file = Some(dir.path().join("good.pem"));
+    let origins = Origins::start(&[t], 1).unwrap();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!((got.status, got.body == body.as_bytes(), got.end.is_ok()), (200, true, true));
+    let (sni, head) = server.join().unwrap().unwrap();
+    assert_eq!(sni.as_deref(), Some("localhost"));
+    assert!(head.starts_with("GET /x HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("\r\nhost: localhost:{port}\r\n")), "{head}");
+
+    let (chain, key) = leaf(&good);
+    let (port, server) = tls_server(chain, key, "ok".into());
+    let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
+    t.ca_file = Some(dir.path().join("other.pem"));
+    let origins = Origins::start(&[table("/b/", &[refused_url()]), t], 1).unwrap();
+    match fetch(&origins, 1, get("x")).await.err().unwrap() {
+        OriginError::Connect(e) => {
+            assert!(e.contains("not trusted"), "{e}");
+            assert!(e.contains("origin[1].ca_file"), "{e}");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(server.join().unwrap().is_err(), "the server saw the handshake fail");
+}
+
+#[test]
+fn ca_file_problems_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = vec!["https://localhost:1/".to_string()];
+    let mut t = table("/b/", &url);
+    t.ca_file = Some(dir.path().join("missing.pem"));
+    let e = Origins::start(&[table("/a/", &url), t.clone()], 1).err().unwrap().to_string();
+    assert!(e.starts_with("origin[1].ca_file: ") && e.contains("cannot read"), "{e}");
+    std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+    t.ca_file = Some(dir.path().join("empty.pem"));
+    let e = Origins::start(&[t], 1).err().unwrap().to_string();
+    assert!(e.starts_with("origin[0].ca_file: ") && e.contains("contains no certificate"), "{e}");
 }
 
 #[test]
