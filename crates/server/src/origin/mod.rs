@@ -1,0 +1,262 @@
+//! The origin client: HTTP/1.1 requests from the pull-through cache to the
+//! origins of the `[[origin]]` tables.
+//!
+//! **A request** is built by linerate, never copied from the viewer's
+//! ([`OriginRequest`]): the method (GET, or HEAD), the URL's path followed by the
+//! rest of the viewer's path (percent-encoded) and the query the cache keys on,
+//! `Host` (the URL's host, with `:port` unless it is the scheme's default),
+//! `User-Agent: linerate/<version>`, `Accept-Encoding: identity` (bytes are cached
+//! as the origin stores them), `Range`, `If-None-Match`, `If-Modified-Since`, and
+//! the viewer fields the table's `forward_headers` names. Nothing else.
+//!
+//! **Failover.** [`Origins::fetch`] tries a table's URLs in order. A connect
+//! error, a connect or first-byte timeout, a connection broken before the head,
+//! or a 5xx moves on to the next URL ([`OriginError::fails_over`]); any other
+//! answer (a 404 too) is returned. When every URL failed, the last failure is
+//! returned: a 5xx from the last URL is [`OriginError::Status`].
+//!
+//! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
+//! the TLS handshake; `first_byte_timeout` covers sending the request and
+//! receiving the head; `idle_timeout` is the longest wait for the next piece of a
+//! body ([`OriginResponse::chunk`]). A head over [`HEAD_LIMIT_BYTES`] is refused.
+//!
+//! **Pool.** A connection whose body was read to its end goes back to its URL's
+//! pool (at most the table's `max_idle_connections`, the newest reused first);
+//! an idle connection is closed after [`IDLE_CONNECTION_SECS`], or when the
+//! origin closes it. A request that finds its pooled connection closed before
+//! any answer (the origin closed it meanwhile) is sent again on another one, a
+//! new one at the latest, without counting as a failure: GET and HEAD are safe
+//! to send twice.
+//!
+//! **TLS** (rustls, aws-lc-rs): certificate verification is always on. The roots
+//! are the system's (`rustls-native-certs`), or only the certificates in the
+//! table's `ca_file` when it is set. SNI and `Host` name the origin URL's host,
+//! never the viewer's.
+//!
+//! **The runtime.** Every origin request and every fill task runs on the origin
+//! threads ([`Origins::spawn`]; see `runtime`); a worker never waits on the
+//! network for an origin, it awaits a channel fed from there. Each URL's counters
+//! ([`UrlStats`]) are atomics added to from those threads, read by
+//! [`Origins::stats`] for /metrics and /status.
+
+mod connect;
+mod content_range;
+mod error;
+mod request;
+mod response;
+mod runtime;
+mod stats;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+
+// Wired into the cache in the next step (until then, only the tests use these).
+#[allow(unused_imports)]
+pub use self::{
+    connect::{HEAD_LIMIT_BYTES, IDLE_CONNECTION_SECS},
+    content_range::ContentRange,
+    error::{OriginError, Phase, KINDS},
+    request::OriginRequest,
+    response::OriginResponse,
+    stats::{UrlStats, FIRST_BYTE_SECONDS},
+};
+
+use connect::{chain, io_error_kind, Conn, Url};
+use runtime::Runtime;
+
+/// How often idle connections are checked for expiry: one closes between
+/// [`IDLE_CONNECTION_SECS`] and that plus this after its last use.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The origin client of every `[[origin]]` table, and the threads it runs on.
+pub struct Origins {
+    tables: Vec<Table>,
+    /// Table indexes, longest prefix first.
+    by_prefix: Vec<usize>,
+    runtime: Runtime,
+}
+
+struct Table {
+    config: crate::config::Origin,
+    urls: Vec<Arc<Url>>,
+}
+
+impl Origins {
+    /// Builds the clients of every `[[origin]]` table and starts the origin runtime:
+    /// `threads` OS threads (at least one, named `linerate-origin{n}`), on which
+    /// every origin request and every fill task runs; workers never wait on the
+    /// network themselves (they await channels fed from here). TLS: certificate
+    /// verification always on; roots = the system's (`rustls-native-certs`), or
+    /// only the certificates in the table's `ca_file` when set; SNI and Host are
+    /// the origin URL's host, never the viewer's. Errors name the table's key
+    /// (`origin[1].ca_file: ...`).
+    pub fn start(tables: &[crate::config::Origin], threads: usize) -> anyhow::Result<Arc<Origins>> {
+        let mut system_roots = None;
+        let mut built = Vec::with_capacity(tables.len());
+        for (i, config) in tables.iter().enumerate() {
+            let (roots, trust) = connect::roots(config, i, &mut system_roots)?
+                .unwrap_or_else(|| (Arc::new(rustls::RootCertStore::empty()), "no root certificate".into()));
+            let tls = connect::tls_config(roots)?;
+            if config.urls.is_empty() {
+                return Err(anyhow!("origin[{i}].urls: at least one origin URL is needed"));
+            }
+            let urls = config
+                .urls
+                .iter()
+                .enumerate()
+                .map(|(j, text)| {
+                    Url::new(text, config, &tls, trust.clone())
+                        .map(Arc::new)
+                        .map_err(|e| anyhow!("origin[{i}].urls[{j}]: {e}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            built.push(Table { config: config.clone(), urls });
+        }
+        let mut by_prefix: Vec<usize> = (0..built.len()).collect();
+        by_prefix.sort_by_key(|&i| std::cmp::Reverse(built[i].config.prefix.len()));
+
+        let runtime = Runtime::start(threads)?;
+        let all: Vec<Arc<Url>> = built.iter().flat_map(|t| t.urls.iter().cloned()).collect();
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                all.iter().for_each(|url| url.sweep());
+            }
+        });
+        Ok(Arc::new(Origins { tables: built, by_prefix, runtime }))
+    }
+
+    /// The table whose prefix is the longest prefix of `path` (a normalised
+    /// absolute path such as `/vod/a/b.mp4`) and the rest of the path after that
+    /// prefix (`a/b.mp4`).
+    pub fn route<'p>(&self, path: &'p [u8]) -> Option<(usize, &'p [u8])> {
+        self.by_prefix.iter().find_map(|&i| {
+            let prefix = self.tables[i].config.prefix.as_bytes();
+            path.strip_prefix(prefix).map(|rest| (i, rest))
+        })
+    }
+
+    pub fn table(&self, table: usize) -> &crate::config::Origin {
+        &self.tables[table].config
+    }
+
+    /// Runs `fut` on the origin runtime.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        self.runtime.spawn(fut);
+    }
+
+    /// Sends `req` to table `table`'s URLs in order: on a connect error, a connect
+    /// or first-byte timeout, a connection broken before the head, or a 5xx
+    /// response, the next URL is tried; returns the first response that is none of
+    /// those, or the last failure (a 5xx from the last URL is
+    /// `OriginError::Status`). Call it from a task on the origin runtime
+    /// ([`Origins::spawn`]): the connections it opens run there.
+    pub async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
+        let t = &self.tables[table];
+        let mut last = None;
+        for (i, url) in t.urls.iter().enumerate() {
+            url.counters.count_request();
+            let e = match self.exchange(t, url, req).await {
+                Ok((response, conn, first_byte)) => {
+                    let status = response.status().as_u16();
+                    url.counters.count_head(status, first_byte);
+                    let response = OriginResponse::new(
+                        response,
+                        req.head,
+                        conn,
+                        (i, url.clone()),
+                        first_byte,
+                        t.config.idle_timeout,
+                    );
+                    if status < 500 {
+                        return Ok(response);
+                    }
+                    OriginError::Status(status)
+                }
+                Err(e) => e,
+            };
+            url.counters.count_error(&e);
+            tracing::debug!(table, url = %url.text, error = %e, "origin request failed");
+            if !e.fails_over() {
+                return Err(e);
+            }
+            last = Some(e);
+        }
+        Err(last.unwrap_or_else(|| OriginError::Connect(format!("origin[{table}] has no URL"))))
+    }
+
+    /// One request to one URL, up to its response head: on a pooled connection
+    /// when there is one, else on a new one.
+    async fn exchange(
+        &self,
+        table: &Table,
+        url: &Arc<Url>,
+        req: &OriginRequest,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Conn, Duration), OriginError> {
+        let config = &table.config;
+        loop {
+            let (mut conn, pooled) = match url.take_idle() {
+                Some(conn) => (conn, true),
+                None => (url.connect(config.connect_timeout).await?, false),
+            };
+            // Unreachable in practice: the target is percent-encoded byte by byte.
+            let request =
+                req.build(&url.base.path, &url.host, &config.forward_headers).map_err(OriginError::BadResponse)?;
+            let sent = Instant::now();
+            let head = tokio::time::timeout(config.first_byte_timeout, async {
+                conn.sender.ready().await?;
+                conn.sender.send_request(request).await
+            })
+            .await;
+            match head {
+                Err(_) => return Err(OriginError::Timeout(Phase::FirstByte)),
+                Ok(Ok(response)) => return Ok((response, conn, sent.elapsed())),
+                Ok(Err(e)) if pooled && closed_before_answer(&e) => {
+                    tracing::debug!(url = %url.text, error = %chain(&e), "pooled connection closed, opening another");
+                }
+                Ok(Err(e)) => return Err(head_error(&e)),
+            }
+        }
+    }
+
+    /// Per origin URL: counters for /metrics and /status.
+    pub fn stats(&self) -> Vec<UrlStats> {
+        self.tables
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| t.urls.iter().map(move |u| u.counters.snapshot(i, &u.text)))
+            .collect()
+    }
+}
+
+/// Whether a request failed because its connection was closed, before any
+/// response came: the race of a request sent on a keep-alive connection the
+/// origin is closing.
+fn closed_before_answer(e: &hyper::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    e.is_canceled()
+        || e.is_closed()
+        || e.is_incomplete_message()
+        || matches!(io_error_kind(e), Some(ConnectionReset | ConnectionAborted | BrokenPipe))
+}
+
+/// What went wrong between sending a request and its head.
+fn head_error(e: &hyper::Error) -> OriginError {
+    if e.is_parse() || e.is_parse_status() {
+        let mut text = format!("response head: {}", chain(e));
+        // hyper's `is_parse_too_large` needs its server side; its message says it.
+        if text.contains("too large") {
+            text.push_str(&format!(" (over {} KiB)", HEAD_LIMIT_BYTES / 1024));
+        }
+        OriginError::BadResponse(text)
+    } else {
+        OriginError::Reset(chain(e))
+    }
+}

@@ -1,0 +1,595 @@
+//! The origin client against real sockets on 127.0.0.1: servers started by each
+//! test (raw TCP writing canned bytes; a rustls server on a thread for HTTPS), the
+//! client on its own origin runtime.
+
+use std::future::Future;
+use std::io::{Read as _, Write as _};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::*;
+use crate::config::Origin;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A table with short timeouts, so that a test waiting on one stays fast.
+fn table(prefix: &str, urls: &[String]) -> Origin {
+    let mut t: Origin = toml::from_str(&format!("prefix = {prefix:?}\nurls = []")).unwrap();
+    t.urls = urls.to_vec();
+    t.connect_timeout = ms(500);
+    t.first_byte_timeout = ms(300);
+    t.idle_timeout = ms(300);
+    t
+}
+
+/// What a test server does once it has read a request head.
+#[derive(Clone)]
+enum Reply {
+    /// Writes these bytes and reads the next request.
+    Keep(Vec<u8>),
+    /// Writes these bytes and closes the connection.
+    Close(Vec<u8>),
+    /// Writes these bytes and then neither reads nor writes, nor closes.
+    Stall(Vec<u8>),
+}
+
+fn response(head: &str, body: &str) -> Vec<u8> {
+    format!("{head}\r\n\r\n{body}").into_bytes()
+}
+
+fn ok(body: &str) -> Vec<u8> {
+    response(&format!("HTTP/1.1 200 OK\r\nContent-Length: {}", body.len()), body)
+}
+
+/// A raw HTTP server: reads request heads, answers the n-th (counted across its
+/// connections) with `reply(n)`. Dropping it stops it and closes its connections.
+struct Server {
+    port: u16,
+    accepts: Arc<AtomicUsize>,
+    heads: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(reply: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepts = Arc::new(AtomicUsize::new(0));
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let reply = Arc::new(reply);
+        let (a, h) = (accepts.clone(), heads.clone());
+        let task = tokio::spawn(async move {
+            // Dropped with this task: every connection task is aborted with it.
+            let mut connections = JoinSet::new();
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                a.fetch_add(1, Ordering::SeqCst);
+                connections.spawn(serve(socket, reply.clone(), h.clone()));
+            }
+        });
+        Server { port, accepts, heads, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    fn accepts(&self) -> usize {
+        self.accepts.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    mut socket: TcpStream,
+    reply: Arc<dyn Fn(usize) -> Reply + Send + Sync>,
+    heads: Arc<Mutex<Vec<String>>>,
+) {
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut piece = [0u8; 4096];
+            match socket.read(&mut piece).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&piece[..n]),
+            }
+        };
+        let head: Vec<u8> = buf.drain(..end).collect();
+        let n = {
+            let mut heads = heads.lock().unwrap();
+            heads.push(String::from_utf8_lossy(&head).into_owned());
+            heads.len() - 1
+        };
+        match reply(n) {
+            Reply::Keep(bytes) => {
+                if socket.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Reply::Close(bytes) => {
+                let _ = socket.write_all(&bytes).await;
+                return;
+            }
+            Reply::Stall(bytes) => {
+                let _ = socket.write_all(&bytes).await;
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// A port nothing listens on.
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/")
+}
+
+/// Runs `f` on the origin runtime, as the cache will, and waits for its result.
+async fn on_origin<T, F>(origins: &Arc<Origins>, f: impl FnOnce(Arc<Origins>) -> F) -> T
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let fut = f(origins.clone());
+    origins.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.await.unwrap()
+}
+
+/// A response as the test saw it: head, the body bytes that came, how the body ended.
+struct Fetched {
+    status: u16,
+    url: usize,
+    headers: http::HeaderMap,
+    content_range: Result<Option<ContentRange>, String>,
+    body: Vec<u8>,
+    end: Result<(), OriginError>,
+}
+
+async fn fetch(origins: &Arc<Origins>, table: usize, req: OriginRequest) -> Result<Fetched, OriginError> {
+    on_origin(origins, move |o| async move {
+        let mut r = o.fetch(table, &req).await?;
+        let mut body = Vec::new();
+        let end = loop {
+            match r.chunk().await {
+                Ok(Some(piece)) => body.extend_from_slice(&piece),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let content_range = r.content_range().map_err(|e| e.to_string());
+        Ok(Fetched { status: r.status, url: r.url, headers: r.headers.clone(), content_range, body, end })
+    })
+    .await
+}
+
+fn get(path: &str) -> OriginRequest {
+    OriginRequest { path: path.as_bytes().to_vec(), ..OriginRequest::default() }
+}
+
+fn errors(stats: &UrlStats, kind: &str) -> u64 {
+    stats.errors.iter().find(|e| e.0 == kind).unwrap().1
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+#[test]
+fn route_picks_the_longest_prefix_and_returns_the_rest() {
+    let url = vec!["http://127.0.0.1:1/".to_string()];
+    let tables = [table("/vod/", &url), table("/vod/live/", &url), table("/a/", &url)];
+    let origins = Origins::start(&tables, 1).unwrap();
+    assert_eq!(origins.route(b"/vod/a/b.mp4"), Some((0, &b"a/b.mp4"[..])));
+    assert_eq!(origins.route(b"/vod/live/x.ts"), Some((1, &b"x.ts"[..])));
+    assert_eq!(origins.route(b"/vod/livex.ts"), Some((0, &b"livex.ts"[..])));
+    assert_eq!(origins.route(b"/a/"), Some((2, &b""[..])));
+    assert_eq!(origins.route(b"/vod"), None);
+    assert_eq!(origins.route(b"/b/x"), None);
+    assert_eq!(origins.table(1).prefix, "/vod/live/");
+}
+
+#[test]
+fn tasks_run_on_the_named_origin_threads() {
+    let origins = Origins::start(&[], 2).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..4 {
+        let tx = tx.clone();
+        origins.spawn(async move {
+            tx.send(std::thread::current().name().map(str::to_string)).unwrap();
+        });
+    }
+    let mut names: Vec<String> = (0..4).map(|_| rx.recv().unwrap().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["linerate-origin0", "linerate-origin0", "linerate-origin1", "linerate-origin1"]);
+}
+
+#[tokio::test]
+async fn the_request_carries_exactly_linerates_fields() {
+    let server = Server::start(|n| match n {
+        0 => Reply::Keep(ok("ok")),
+        _ => Reply::Keep(response("HTTP/1.1 200 OK\r\nContent-Length: 1000", "")),
+    })
+    .await;
+    let mut t = table("/vod/", &[format!("{}media/", server.url())]);
+    t.forward_headers = vec!["X-Request-Id".into()];
+    let origins = Origins::start(&[t], 1).unwrap();
+    let req = OriginRequest {
+        head: false,
+        path: "a b/é.mp4?t=1".as_bytes().to_vec(),
+        range: Some((0, 99)),
+        if_none_match: Some(b"\"abc\"".to_vec()),
+        if_modified_since: Some(b"Wed, 21 Oct 2015 07:28:00 GMT".to_vec()),
+        forwarded: vec![("X-Request-Id".into(), b"42".to_vec()), ("Cookie".into(), b"session=1".to_vec())],
+    };
+    let got = fetch(&origins, 0, req).await.unwrap();
+    assert_eq!((got.status, got.url, &got.body[..], got.end.is_ok()), (200, 0, &b"ok"[..], true));
+
+    let head = OriginRequest { head: true, ..get("x.mp4") };
+    let got = fetch(&origins, 0, head).await.unwrap();
+    assert_eq!((got.status, got.body.len(), got.end.is_ok()), (200, 0, true), "a HEAD's body is empty");
+    assert_eq!(got.headers["content-length"], "1000");
+
+    let heads = server.heads.lock().unwrap().clone();
+    let lines = |head: &str| -> (String, Vec<String>) {
+        let mut lines: Vec<String> = head.trim_end().split("\r\n").map(str::to_string).collect();
+        let first = lines.remove(0);
+        lines.sort();
+        (first, lines)
+    };
+    let host = format!("host: 127.0.0.1:{}", server.port);
+    let version = concat!("user-agent: linerate/", env!("CARGO_PKG_VERSION"));
+    let mut want = vec![
+        "accept-encoding: identity".to_string(),
+        host.clone(),
+        "if-modified-since: Wed, 21 Oct 2015 07:28:00 GMT".into(),
+        "if-none-match: \"abc\"".into(),
+        "range: bytes=0-99".into(),
+        version.into(),
+        "x-request-id: 42".into(),
+    ];
+    want.sort();
+    assert_eq!(lines(&heads[0]), ("GET /media/a%20b/%C3%A9.mp4?t=1 HTTP/1.1".to_string(), want));
+    let mut want = vec!["accept-encoding: identity".to_string(), host, version.into()];
+    want.sort();
+    assert_eq!(lines(&heads[1]), ("HEAD /media/x.mp4 HTTP/1.1".to_string(), want));
+    assert_eq!(server.accepts(), 1, "the HEAD reused the connection");
+}
+
+#[tokio::test]
+async fn fails_over_on_a_refused_connection() {
+    let server = Server::start(|_| Reply::Keep(ok("second"))).await;
+    let origins = Origins::start(&[table("/v/", &[refused_url(), server.url()])], 1).unwrap();
+    let got = fetch(&origins, 0, get("a")).await.unwrap();
+    assert_eq!((got.status, got.url, &got.body[..]), (200, 1, &b"second"[..]));
+    let stats = origins.stats();
+    assert_eq!((stats[0].requests, errors(&stats[0], "connect")), (1, 1));
+    assert_eq!((stats[1].requests, stats[1].responses_by_class, stats[1].body_bytes), (1, [0, 1, 0, 0, 0], 6));
+    assert_eq!(stats[1].first_byte_count, 1);
+    assert_eq!(stats[1].first_byte_buckets.len(), FIRST_BYTE_SECONDS.len() + 1);
+}
+
+#[tokio::test]
+async fn fails_over_on_a_5xx_and_returns_the_last_one() {
+    let busy = Server::start(|_| Reply::Keep(response("HTTP/1.1 503 Busy\r\nContent-Length: 4", "busy"))).await;
+    let fine = Server::start(|_| Reply::Keep(ok("fine"))).await;
+    let tables = [table("/a/", &[busy.url(), fine.url()]), table("/b/", &[busy.url(), busy.url()])];
+    let origins = Origins::start(&tables, 1).unwrap();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!((got.status, got.url, &got.body[..]), (200, 1, &b"fine"[..]));
+    let e = fetch(&origins, 1, get("x")).await.err().unwrap();
+    assert!(matches!(e, OriginError::Status(503)), "{e:?}");
+    assert_eq!(e.kind(), "status");
+    let stats = origins.stats();
+    assert_eq!((stats[0].responses_by_class[4], errors(&stats[0], "status")), (1, 1));
+    assert_eq!((stats[2].requests, stats[3].requests), (1, 1));
+}
+
+#[tokio::test]
+async fn fails_over_on_a_first_byte_timeout() {
+    let silent = Server::start(|_| Reply::Stall(Vec::new())).await;
+    let fine = Server::start(|_| Reply::Keep(ok("fine"))).await;
+    let mut t = table("/a/", &[silent.url(), fine.url()]);
+    t.first_byte_timeout = ms(200);
+    let origins = Origins::start(&[t], 1).unwrap();
+    let started = Instant::now();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!((got.status, got.url), (200, 1));
+    assert!(started.elapsed() >= ms(200));
+    assert_eq!(errors(&origins.stats()[0], "timeout"), 1);
+    assert_eq!(silent.accepts(), 1);
+}
+
+#[tokio::test]
+async fn a_404_is_returned_without_failover() {
+    let missing = Server::start(|_| Reply::Keep(response("HTTP/1.1 404 Not Found\r\nContent-Length: 0", ""))).await;
+    let other = Server::start(|_| Reply::Keep(ok("other"))).await;
+    let origins = Origins::start(&[table("/a/", &[missing.url(), other.url()])], 1).unwrap();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!((got.status, got.url), (404, 0));
+    assert_eq!(other.accepts(), 0);
+    assert_eq!(origins.stats()[0].responses_by_class, [0, 0, 0, 1, 0]);
+}
+
+#[tokio::test]
+async fn a_body_that_stalls_times_out() {
+    let server =
+        Server::start(|_| Reply::Stall(response("HTTP/1.1 200 OK\r\nContent-Length: 100", "0123456789"))).await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let started = Instant::now();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!(got.body, b"0123456789");
+    assert!(matches!(got.end, Err(OriginError::Timeout(Phase::Idle))), "{:?}", got.end);
+    assert!(started.elapsed() >= ms(300));
+    let stats = &origins.stats()[0];
+    assert_eq!((stats.body_bytes, errors(stats, "timeout")), (10, 1));
+    wait_for("the stalled connection to close", || origins.stats()[0].open_connections == 0).await;
+}
+
+#[tokio::test]
+async fn a_body_shorter_or_longer_than_its_content_length_fails() {
+    let server = Server::start(|n| match n {
+        0 => Reply::Close(response("HTTP/1.1 200 OK\r\nContent-Length: 100", "0123456789")),
+        _ => Reply::Keep(response("HTTP/1.1 200 OK\r\nContent-Length: 5", "0123456789")),
+    })
+    .await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let short = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!(short.body, b"0123456789");
+    match short.end {
+        Err(OriginError::BadResponse(e)) => assert!(e.contains("after 10 bytes"), "{e}"),
+        e => panic!("{e:?}"),
+    }
+    let long = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!(long.body, b"01234");
+    match long.end {
+        Err(OriginError::BadResponse(e)) => assert!(e.contains("more than its Content-Length"), "{e}"),
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(errors(&origins.stats()[0], "bad_response"), 2);
+}
+
+#[tokio::test]
+async fn a_head_over_64_kib_is_refused() {
+    let big = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0", "a".repeat(HEAD_LIMIT_BYTES));
+    let server = Server::start(move |_| Reply::Keep(response(&big, ""))).await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let e = fetch(&origins, 0, get("x")).await.err().unwrap();
+    assert!(matches!(e, OriginError::BadResponse(_)), "{e:?}");
+    assert!(e.to_string().contains("too large"), "{e}");
+    assert!(!e.fails_over());
+}
+
+#[tokio::test]
+async fn content_range_of_a_206_is_checked() {
+    let server = Server::start(|n| match n {
+        0 => Reply::Keep(response(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 2-3/10\r\nContent-Length: 2",
+            "ab",
+        )),
+        _ => Reply::Keep(response(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 3-2/10\r\nContent-Length: 2",
+            "ab",
+        )),
+    })
+    .await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let got = fetch(&origins, 0, OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
+    assert_eq!(got.content_range, Ok(Some(ContentRange { first: Some((2, 3)), total: Some(10) })));
+    let got = fetch(&origins, 0, OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
+    assert!(got.content_range.unwrap_err().contains("last byte before the first"));
+    assert!(server.heads.lock().unwrap()[0].contains("range: bytes=2-3\r\n"));
+}
+
+#[tokio::test]
+async fn keep_alive_reuses_one_connection_until_the_origin_closes_it() {
+    let server = Server::start(|n| match n {
+        0 => Reply::Keep(ok("one")),
+        _ => Reply::Close(ok("two")),
+    })
+    .await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    assert_eq!(fetch(&origins, 0, get("1")).await.unwrap().body, b"one");
+    assert_eq!(origins.stats()[0].open_connections, 1, "kept open, idle");
+    assert_eq!(origins.tables[0].urls[0].idle_count(), 1);
+    assert_eq!(fetch(&origins, 0, get("2")).await.unwrap().body, b"two");
+    assert_eq!(server.accepts(), 1);
+    wait_for("the closed connection to be counted out", || origins.stats()[0].open_connections == 0).await;
+    // The pooled handle of the closed connection is never used again.
+    let third = fetch(&origins, 0, get("3")).await.unwrap();
+    assert_eq!((third.status, server.accepts()), (200, 2));
+}
+
+#[tokio::test]
+async fn no_idle_connection_is_kept_when_max_idle_is_zero() {
+    let server = Server::start(|_| Reply::Keep(ok("x"))).await;
+    let mut t = table("/a/", &[server.url()]);
+    t.max_idle_connections = 0;
+    let origins = Origins::start(&[t], 1).unwrap();
+    fetch(&origins, 0, get("1")).await.unwrap();
+    fetch(&origins, 0, get("2")).await.unwrap();
+    assert_eq!(server.accepts(), 2);
+    wait_for("both connections to close", || origins.stats()[0].open_connections == 0).await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_once_expired() {
+    let server = Server::start(|_| Reply::Keep(ok("x"))).await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    fetch(&origins, 0, get("1")).await.unwrap();
+    let url = &origins.tables[0].urls[0];
+    url.sweep();
+    assert_eq!((url.idle_count(), origins.stats()[0].open_connections), (1, 1), "not expired yet");
+    url.age_idle(Duration::from_secs(IDLE_CONNECTION_SECS));
+    url.sweep();
+    assert_eq!(url.idle_count(), 0);
+    wait_for("the expired connection to close", || origins.stats()[0].open_connections == 0).await;
+}
+
+/// A CA certificate (PEM) and an issuer to sign with.
+struct Ca {
+    pem: String,
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+}
+
+fn ca(name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pem = params.self_signed(&key).unwrap().pem();
+    Ca { pem, params, key }
+}
+
+/// A certificate for `localhost` signed by `ca`, and its key.
+fn leaf(ca: &Ca) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &rcgen::Issuer::from_params(&ca.params, &ca.key)).unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+    (vec![CertificateDer::from(cert.der().to_vec())], key)
+}
+
+/// What the HTTPS test server saw: the SNI name and the request head.
+type Seen = std::io::Result<(Option<String>, String)>;
+
+/// An HTTPS server on a thread for one connection: answers one request with
+/// `body` and closes. The thread ends by itself (a deadline on the accept and the reads).
+fn tls_server(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    body: String,
+) -> (u16, std::thread::JoinHandle<Seen>) {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let thread = std::thread::spawn(move || -> Seen {
+        listener.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let tcp = loop {
+            match listener.accept() {
+                Ok((tcp, _)) => break tcp,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(ms(5))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        drop(listener);
+        tcp.set_nonblocking(false)?;
+        tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let conn = rustls::ServerConnection::new(Arc::new(config)).map_err(std::io::Error::other)?;
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if tls.read(&mut byte)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            head.push(byte[0]);
+        }
+        tls.write_all(&ok(&body))?;
+        tls.conn.send_close_notify();
+        tls.flush()?;
+        let sni = tls.conn.server_name().map(str::to_string);
+        Ok((sni, String::from_utf8_lossy(&head).into_owned()))
+    });
+    (port, thread)
+}
+
+#[tokio::test]
+async fn https_verifies_against_the_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, other) = (ca("good CA"), ca("other CA"));
+    std::fs::write(dir.path().join("good.pem"), &good.pem).unwrap();
+    std::fs::write(dir.path().join("other.pem"), &other.pem).unwrap();
+
+    // Many TLS records: the body is read across reads of the socket.
+    let body: String = (0..300_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let (chain, key) = leaf(&good);
+    let (port, server) = tls_server(chain, key, body.clone());
+    let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
+    t.ca_file = Some(dir.path().join("good.pem"));
+    let origins = Origins::start(&[t], 1).unwrap();
+    let got = fetch(&origins, 0, get("x")).await.unwrap();
+    assert_eq!((got.status, got.body == body.as_bytes(), got.end.is_ok()), (200, true, true));
+    let (sni, head) = server.join().unwrap().unwrap();
+    assert_eq!(sni.as_deref(), Some("localhost"));
+    assert!(head.starts_with("GET /x HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("\r\nhost: localhost:{port}\r\n")), "{head}");
+
+    let (chain, key) = leaf(&good);
+    let (port, server) = tls_server(chain, key, "ok".into());
+    let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
+    t.ca_file = Some(dir.path().join("other.pem"));
+    let origins = Origins::start(&[table("/b/", &[refused_url()]), t], 1).unwrap();
+    match fetch(&origins, 1, get("x")).await.err().unwrap() {
+        OriginError::Connect(e) => {
+            assert!(e.contains("not trusted"), "{e}");
+            assert!(e.contains("origin[1].ca_file"), "{e}");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(server.join().unwrap().is_err(), "the server saw the handshake fail");
+}
+
+#[test]
+fn ca_file_problems_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = vec!["https://localhost:1/".to_string()];
+    let mut t = table("/b/", &url);
+    t.ca_file = Some(dir.path().join("missing.pem"));
+    let e = Origins::start(&[table("/a/", &url), t.clone()], 1).err().unwrap().to_string();
+    assert!(e.starts_with("origin[1].ca_file: ") && e.contains("cannot read"), "{e}");
+    std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+    t.ca_file = Some(dir.path().join("empty.pem"));
+    let e = Origins::start(&[t], 1).err().unwrap().to_string();
+    assert!(e.starts_with("origin[0].ca_file: ") && e.contains("contains no certificate"), "{e}");
+}
+
+#[test]
+fn error_kinds_are_the_metric_labels() {
+    let all = [
+        OriginError::Connect(String::new()),
+        OriginError::Timeout(Phase::Connect),
+        OriginError::Status(502),
+        OriginError::Reset(String::new()),
+        OriginError::BadResponse(String::new()),
+    ];
+    assert_eq!(all.iter().map(OriginError::kind).collect::<Vec<_>>(), KINDS);
+    assert!(!OriginError::Timeout(Phase::Idle).fails_over());
+    assert!(OriginError::Timeout(Phase::FirstByte).fails_over());
+}
