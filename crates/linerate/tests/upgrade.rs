@@ -6,7 +6,7 @@
 //! process really is a different file. All processes of a test are in one process
 //! group, killed when the test ends; this test binary is their reaper
 //! (`PR_SET_CHILD_SUBREAPER`), so the old and new processes an upgrade leaves are
-//! collected here rather than by init.
+//! collected here, by process group, rather than by init.
 
 mod bench_support;
 mod common;
@@ -155,17 +155,36 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        let _ = inherit::signal_group(self.first.id(), Signal::Kill);
+        let group = self.first.id();
+        let _ = inherit::signal_group(group, Signal::Kill);
         let _ = self.first.wait();
         // Every process an upgrade started was adopted by this test process (a
-        // subreaper); the tests here run one at a time, so whatever has exited now
-        // is theirs to collect.
+        // subreaper). Only this fleet's are collected, by process group: a reap of
+        // any child would also take those of tests running beside this one (curl,
+        // their servers), whose own waits would then fail.
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.pids[1..].iter().any(|&p| inherit::is_running(p)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        while let Ok(Some(_)) = inherit::reap(None) {}
+        for pid in adopted_in_group(group) {
+            let _ = inherit::reap(Some(pid));
+        }
     }
+}
+
+/// This process's children (its own or adopted) in the process group `group`.
+fn adopted_in_group(group: u32) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // After the command name, in parentheses: state, parent, process group.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            let fields: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace().collect();
+            fields.get(1) == Some(&me.to_string().as_str()) && fields.get(2) == Some(&group.to_string().as_str())
+        })
+        .collect()
 }
 
 trait Text {
