@@ -24,15 +24,13 @@
 //! number of requests (default 3000) and `LINERATE_ABUSE_SECONDS` the time budget
 //! (default 120 s) for a long run (docs/FUZZING.md).
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const DEFAULT_REQUESTS: usize = 3000;
 const DEFAULT_SECONDS: u64 = 120;

@@ -4,13 +4,12 @@
 //! reopening on SIGUSR1 after a rotation, and a log that cannot be written costing
 //! records, not responses.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 fn records(path: &Path, at_least: usize) -> Vec<serde_json::Value> {
     let mut lines = Vec::new();

@@ -2,12 +2,10 @@
 //! positive, plausible figures and a named limit for every mode; a server given its
 //! output (`admin.capacity_model`) reports served Gb/s against it in /status and /load.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn run(args: &[&str]) -> std::process::Output {
     let out = Command::new(BIN).args(args).output().unwrap();

@@ -3,14 +3,13 @@
 //! Each server is started with `Server::spawn`, so the test harness's raised
 //! loopback limits are not added.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 
 /// `linerate serve` with one worker and exactly this `[client_limits]` section
 /// (plus `extra` top-level sections).

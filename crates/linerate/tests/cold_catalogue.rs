@@ -3,17 +3,16 @@
 //! root), and pages are evicted with POSIX_FADV_DONTNEED, so these tests need a
 //! real disk under the repository (not tmpfs).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
-use common::tls::TestCa;
-use common::{pseudo_random, ConfigFile, Server};
+use crate::common;
+use crate::common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
+use crate::common::tls::TestCa;
+use crate::common::{pseudo_random, ConfigFile, Server};
 
 const HOT_BYTES: usize = 256 * 1024;
 const COLD_BYTES: usize = 24 << 20;

@@ -1,13 +1,11 @@
 //! HTTP/1.1 over a raw socket: pipelining, keep-alive rules, malformed and
 //! oversized requests, request bodies and smuggling attempts, path traversal.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const T: Duration = Duration::from_secs(5);
 

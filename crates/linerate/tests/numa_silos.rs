@@ -5,11 +5,9 @@
 //! of `linerate topo` on a fixture board, page-node sampling and disk-centric
 //! read-ahead. The real multi-node checks run in the qemu harness.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn allowed_cpus() -> Vec<usize> {
     let out = tool("sh").args(["-c", "taskset -cp $$"]).output().unwrap();

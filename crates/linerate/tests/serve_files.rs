@@ -1,12 +1,10 @@
 //! Bodies: a whole 256 MiB file byte for byte, zero-copy sending (strace), and files
 //! replaced or truncated while they are being sent.
 
-mod common;
-
 use std::io::Read;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn large_file_arrives_intact() {

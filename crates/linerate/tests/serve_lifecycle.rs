@@ -1,13 +1,11 @@
 //! Start-up, configuration errors, reload on SIGHUP, graceful shutdown.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn bad_configuration_is_refused_with_file_key_and_problem() {

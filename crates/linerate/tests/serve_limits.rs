@@ -1,13 +1,11 @@
 //! Timeouts and limits: slow clients, idle connections, clients that stop reading,
 //! connection caps, and running out of file descriptors.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn config(c: &Content, extra: &str) -> ConfigFile {
     ConfigFile::new(&format!("root = {:?}\nworkers = 1\n{extra}\n", c.path()))

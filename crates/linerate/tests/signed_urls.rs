@@ -3,15 +3,14 @@
 //! with no failed request; the token never in the server's log or access log; the
 //! metric per verdict.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 
 const K1: &str = "k1-secret-0123456789abcdef012345";
 const K2: &str = "k2-secret-fedcba9876543210fedcba";

@@ -1,12 +1,10 @@
 //! `linerate stat` against a known load: its Gb/s agrees with the load generator's,
 //! its server columns with the admin endpoint, and its table repeats the header.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn gbps_agrees_with_the_load_generator() {

@@ -3,15 +3,14 @@
 //! /healthz and /load (also as a bare agent check), draining, and TCP settings
 //! inherited by accepted connections.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 /// Scrapes /metrics and parses it with the prometheus-parse crate.
 fn scrape(s: &Server) -> prometheus_parse::Scrape {

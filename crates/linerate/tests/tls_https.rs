@@ -3,14 +3,13 @@
 //! client, openssl s_client for ALPN and resumption, certificate reload, start-up
 //! errors, and the same bytes through the plain and TLS paths.
 
-mod common;
-
 use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 struct Setup {
     ca: TestCa,

@@ -8,9 +8,6 @@
 //! (`PR_SET_CHILD_SUBREAPER`), so the old and new processes an upgrade leaves are
 //! collected here, by process group, rather than by init.
 
-mod bench_support;
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -21,9 +18,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bench_support::{bench, num};
-use common::tls::TestCa;
-use common::{eventually, get, Content, BIN};
+use crate::bench_support::{bench, num};
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::{eventually, get, Content, BIN};
 use linerate_sys::inherit::{self, Signal};
 
 /// The tests here count connection resets and share the reaper role: one at a time.

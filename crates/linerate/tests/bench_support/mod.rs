@@ -1,6 +1,5 @@
 //! Helpers for the `linerate bench` tests: run the bench with a time limit and read
 //! its JSON, and start nginx (plain or TLS with a certificate made for the test).
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,5 @@
 //! Shared helpers for the integration tests: start the real binary on a free
 //! loopback port, talk to it with real clients (curl, raw sockets), and clean up.
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
