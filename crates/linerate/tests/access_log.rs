@@ -23,13 +23,6 @@ fn records(path: &Path, at_least: usize) -> Vec<serde_json::Value> {
     lines.iter().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect()
 }
 
-fn metric(server: &Server, name: &str) -> u64 {
-    let text = String::from_utf8(get(&server.admin_url("/metrics"), &[]).body).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse::<f64>().ok()))
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}")) as u64
-}
-
 #[test]
 fn json_records_over_plain_http() {
     let content = Content::new();
@@ -81,8 +74,8 @@ fn json_records_over_plain_http() {
     assert_eq!((&r[2]["status"], &r[2]["path"]), (&404.into(), &"/nope".into()));
     assert_eq!(r[3]["status"], 400);
     assert_eq!(data.len(), 1 << 20);
-    assert_eq!(metric(&server, "linerate_access_log_records_total{result=\"written\"}"), 4);
-    assert_eq!(metric(&server, "linerate_access_log_records_total{result=\"dropped\"}"), 0);
+    assert_eq!(server.metric("linerate_access_log_records_total{result=\"written\"}"), 4.0);
+    assert_eq!(server.metric("linerate_access_log_records_total{result=\"dropped\"}"), 0.0);
 }
 
 #[test]
@@ -146,7 +139,7 @@ fn combined_format_sampling_and_reopen_on_sigusr1() {
     let rotated = dir.path().join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
     server.signal("USR1");
-    assert!(eventually(Duration::from_secs(5), || metric(&server, "linerate_access_log_reopens_total") == 1));
+    assert!(eventually(Duration::from_secs(5), || server.metric("linerate_access_log_reopens_total") == 1.0));
     for _ in 0..2 {
         assert!(curl(&["-s", "-o", "/dev/null", &server.url("/a.txt")]).status.success());
     }
@@ -168,9 +161,9 @@ fn a_log_that_cannot_be_written_costs_records_not_responses() {
         assert_eq!((r.status, r.body.as_slice()), (200, &b"hello\n"[..]));
     }
     assert!(eventually(Duration::from_secs(10), || {
-        metric(&server, "linerate_access_log_records_total{result=\"dropped\"}") == 20
+        server.metric("linerate_access_log_records_total{result=\"dropped\"}") == 20.0
     }));
-    assert_eq!(metric(&server, "linerate_access_log_records_total{result=\"written\"}"), 0);
+    assert_eq!(server.metric("linerate_access_log_records_total{result=\"written\"}"), 0.0);
     let log = server.stderr();
     assert_eq!(log.matches("access log write failed").count(), 1, "said once:\n{log}");
 }

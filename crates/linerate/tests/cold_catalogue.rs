@@ -199,24 +199,6 @@ fn cold_read_blocks_the_worker_when_fill_is_off() {
     assert!(run.busy_max >= Duration::from_millis(500), "expected a stall without the fill pool: {:?}", run.busy_max);
 }
 
-/// Sum of every sample of `name` (all label sets) in the server's /metrics.
-fn metric_sum(server: &Server, name: &str) -> f64 {
-    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// The value of the sample `series` (name and labels, as written) in /metrics.
-fn metric_value(server: &Server, series: &str) -> f64 {
-    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
-    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-}
-
 /// The parts of a multipart/byteranges body: (first, last, bytes).
 fn multipart_parts(body: &[u8]) -> Vec<(usize, usize, Vec<u8>)> {
     let mut parts = Vec::new();
@@ -279,9 +261,9 @@ fn cold_ranges_are_exact_on_every_transport() {
             assert!(bytes == data[a..=b], "{name}: part {a}-{b} differs");
         }
     }
-    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
-    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
-    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 0.0);
+    assert!(server.metric("linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
+    assert!(server.metric("linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
+    assert_eq!(server.metric("linerate_errors_total{kind=\"disk\"}"), 0.0);
     // /status carries the same view, with the ratio and the disk that was read.
     let status = common::curl(&["-sS", &server.admin_url("/status")]);
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
@@ -323,8 +305,8 @@ fn concurrent_requests_for_a_cold_range_share_one_disk_read() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout == data[..2 << 20], "a viewer got wrong bytes");
     }
-    assert_eq!(metric_sum(&server, "linerate_fills_total"), 1.0, "one fill for fifty viewers");
-    assert_eq!(metric_sum(&server, "linerate_fill_bytes_total"), (2 << 20) as f64);
+    assert_eq!(server.metric_sum("linerate_fills_total"), 1.0, "one fill for fifty viewers");
+    assert_eq!(server.metric_sum("linerate_fill_bytes_total"), (2 << 20) as f64);
     let read = throttle.read_bytes() - before;
     assert!((2 << 20..3 << 20).contains(&read), "the disk read {read} bytes for one 2 MiB range");
 }
@@ -375,9 +357,9 @@ fn failed_and_late_fills_end_only_their_connections() {
         }
     }
     assert!(common::curl(&["-sS", "-o", "/dev/null", "-f", &server.url("/good.bin")]).status.success());
-    assert!(metric_sum(&server, "linerate_fill_errors_total") >= 2.0, "EIO fills counted");
-    assert!(metric_sum(&server, "linerate_fill_timeouts_total") >= 2.0, "late fills counted");
-    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 4.0, "every failed response counted");
+    assert!(server.metric_sum("linerate_fill_errors_total") >= 2.0, "EIO fills counted");
+    assert!(server.metric_sum("linerate_fill_timeouts_total") >= 2.0, "late fills counted");
+    assert_eq!(server.metric("linerate_errors_total{kind=\"disk\"}"), 4.0, "every failed response counted");
     assert_eq!(count_lines(&server, "disk read failed"), 1, "logged once per device:\n{}", server.stderr());
     assert_eq!(count_lines(&server, "within fill.timeout"), 1, "logged once per device:\n{}", server.stderr());
 }
@@ -406,9 +388,9 @@ fn a_viewer_reading_in_order_waits_for_the_disk_once() {
     // One wait (the first segment); a second is tolerated on a machine so busy that
     // a read-ahead is late. Reading ahead only after cold segments would wait at
     // every other one (3); no read-ahead, at all six.
-    let waits = metric_value(&server, "linerate_fill_wait_seconds_count");
+    let waits = server.metric("linerate_fill_wait_seconds_count");
     assert!(waits <= 2.0, "{waits} waits for the disk over six segments read in order");
-    assert!(metric_value(&server, "linerate_fill_readahead_total") >= 5.0);
+    assert!(server.metric("linerate_fill_readahead_total") >= 5.0);
 }
 
 /// Page-cache admission: with room for one of two 4 MiB files, the one asked for
@@ -453,12 +435,12 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
             let left = resident_bytes(&rare);
             // Holds of up to 1.2 MiB were seen; half the file leaves room for them.
             assert!(left <= 2 << 20, "the rare file was dropped after sending, but {left} bytes stayed");
-            assert_eq!(metric_value(&server, "linerate_page_cache_kept_files"), 1.0);
-            assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
-            assert_eq!(metric_value(&server, "linerate_page_cache_budget_bytes"), (5 << 20) as f64);
+            assert_eq!(server.metric("linerate_page_cache_kept_files"), 1.0);
+            assert_eq!(server.metric("linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
+            assert_eq!(server.metric("linerate_page_cache_budget_bytes"), (5 << 20) as f64);
         } else {
             assert!(resident_bytes(&rare) >= mostly, "without the policy the rare file stays too");
-            assert_eq!(metric_sum(&server, "linerate_page_cache_dropped_bytes_total"), 0.0);
+            assert_eq!(server.metric_sum("linerate_page_cache_dropped_bytes_total"), 0.0);
         }
     }
 }
@@ -577,7 +559,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
         assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
         assert!(body == expected[..body.len()], "B's bytes differ");
     });
-    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    let dropped = server.metric_sum("linerate_page_cache_dropped_bytes_total");
     assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
     check_no_stall(&run, "drop under a slow viewer");
 }
@@ -627,7 +609,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
         assert!(b_body == expected[..b_body.len()], "B's bytes differ");
         assert_ne!(worker_of(&a_head), worker_of(&b_head), "A and B were meant for different workers");
     });
-    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    let dropped = server.metric_sum("linerate_page_cache_dropped_bytes_total");
     assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
     check_no_stall(&run, "drop from another worker under a slow viewer");
 }
@@ -660,7 +642,7 @@ fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
         assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
         assert!(body == expected[..body.len()], "B's bytes differ");
     });
-    let filled = metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}");
+    let filled = server.metric("linerate_page_cache_bytes_total{source=\"filled\"}");
     assert!(filled >= (4 << 20) as f64, "the evicted windows were not filled ({filled} bytes)");
     check_no_stall(&run, "pages evicted under a slow viewer");
 }

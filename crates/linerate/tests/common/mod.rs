@@ -142,6 +142,27 @@ impl Server {
         self.child.id()
     }
 
+    /// The value of the sample `series` (name and labels as /metrics writes them:
+    /// `linerate_errors_total{kind="disk"}`); fails the test when there is none.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics();
+        let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    }
+
+    /// The sum of every sample of `name`, whatever its labels (0 when there is none).
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn metrics(&self) -> String {
+        String::from_utf8_lossy(&curl(&["-sS", &self.admin_url("/metrics")]).stdout).into_owned()
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
