@@ -5,14 +5,14 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
 use crate::common::tls::TestCa;
-use crate::common::{pseudo_random, ConfigFile, Server};
+use crate::common::{eventually, pseudo_random, ConfigFile, Server};
 
 const HOT_BYTES: usize = 256 * 1024;
 const COLD_BYTES: usize = 24 << 20;
@@ -71,10 +71,12 @@ struct StallRun {
     cold_took: Duration,
 }
 
-/// Times hot requests while idle, then while `cold` fetches a cold range.
-fn measure_stall(hot: &mut dyn HotClient, cold: impl FnOnce() + Send + 'static) -> StallRun {
+/// Times hot requests while idle, then while `cold` fetches a cold range from
+/// `server`.
+fn measure_stall(hot: &mut dyn HotClient, server: &Server, cold: impl FnOnce() + Send + 'static) -> StallRun {
     let idle: Vec<Duration> = (0..20)
         .map(|_| {
+            // The samples' pace (a viewer's requests), not a wait for anything.
             std::thread::sleep(Duration::from_millis(10));
             hot.timed_get()
         })
@@ -86,11 +88,13 @@ fn measure_stall(hot: &mut dyn HotClient, cold: impl FnOnce() + Send + 'static) 
         cold();
         flag.store(true, Ordering::SeqCst);
     });
-    // Let the cold request reach the server first.
-    std::thread::sleep(Duration::from_millis(150));
+    // The cold request reaches the server first: it has a connection besides the hot one.
+    let reached = eventually(Duration::from_secs(10), || server.metric_sum("linerate_connections") >= 2.0);
+    assert!(reached, "the cold request did not reach the server");
     let mut busy = Vec::new();
     while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
         busy.push(hot.timed_get());
+        // The samples' pace, as above.
         std::thread::sleep(Duration::from_millis(20));
     }
     t.join().unwrap();
@@ -161,7 +165,7 @@ fn hot_requests_do_not_wait_for_a_cold_read_plain() {
     let server = start_throttled(&throttle, dir.path(), &[]);
     let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    let run = measure_stall(&mut hot, &server, curl_cold(server.url("/cold.bin"), None));
     check_no_stall(&run, "plain");
     assert!(throttle.read_bytes() >= 4 << 20, "the cold range was not read from the throttled disk");
 }
@@ -180,7 +184,7 @@ fn hot_requests_do_not_wait_for_a_cold_read_https() {
     let addr = server.tls_addrs[0];
     let mut hot = common::tls::connect(addr, "localhost", Path::new(ca.ca_arg()));
     let url = format!("https://localhost:{}/cold.bin", addr.port());
-    let run = measure_stall(&mut hot, curl_cold(url, Some(ca.ca_arg().to_string())));
+    let run = measure_stall(&mut hot, &server, curl_cold(url, Some(ca.ca_arg().to_string())));
     check_no_stall(&run, "https");
 }
 
@@ -194,7 +198,7 @@ fn cold_read_blocks_the_worker_when_fill_is_off() {
     let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
     let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    let run = measure_stall(&mut hot, &server, curl_cold(server.url("/cold.bin"), None));
     eprintln!("fill off: hot max during the cold read {:?}", run.busy_max);
     assert!(run.busy_max >= Duration::from_millis(500), "expected a stall without the fill pool: {:?}", run.busy_max);
 }
@@ -382,8 +386,14 @@ fn a_viewer_reading_in_order_waits_for_the_disk_once() {
         let out = common::curl(&["-sS", "-r", &format!("{first}-{last}"), "--max-time", "20", &url]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout == data[first..=last], "segment {segment} differs");
-        // Playing the segment: the next one is read meanwhile (2 MiB at 8 MiB/s).
-        std::thread::sleep(Duration::from_millis(700));
+        // Playing the segment while the disk reads the next one ahead (2 MiB at
+        // 8 MiB/s): a pace the disk follows is one that asks for the next segment
+        // once its read-ahead is done, whatever the machine's load. Without
+        // read-ahead this waits in vain and the next segment waits for the disk.
+        let ahead = ((segment + 2) << 21) as f64;
+        eventually(Duration::from_secs(10), || {
+            server.metric("linerate_fill_queue_depth") == 0.0 && server.metric_sum("linerate_fill_bytes_total") >= ahead
+        });
     }
     // One wait (the first segment); a second is tolerated on a machine so busy that
     // a read-ahead is late. Reading ahead only after cold segments would wait at
@@ -419,11 +429,24 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
         for _ in 0..3 {
             fetch("/popular.bin");
         }
-        // The worker merges its counts and the kept set is ranked at most once a second.
+        // The worker merges its counts and the kept set is ranked at most once a
+        // second, at a request: the rare file's must come a second after the first
+        // one's, or it is weighed against a kept set that still has room for it.
+        // A wait for the server's one-second merge interval (MERGE_INTERVAL in
+        // server::fill), which it does not report the end of and the configuration
+        // cannot shorten; it goes when either changes.
         std::thread::sleep(Duration::from_millis(1100));
         fetch("/rare.bin");
         // The drop waits a quarter of a second for the socket to let go of the pages.
-        std::thread::sleep(Duration::from_millis(800));
+        if admission {
+            eventually(Duration::from_secs(10), || {
+                server.metric_sum("linerate_page_cache_dropped_bytes_total") >= (4 << 20) as f64
+            });
+        } else {
+            // Nothing to wait for: the pause gives a drop the time it would take, to
+            // show that none comes without the policy.
+            std::thread::sleep(Duration::from_millis(800));
+        }
         // (Memory pressure from elsewhere on the machine may evict a few pages of
         // anything read once, and the kernel may still hold a few just-sent pages
         // when the server drops them, which then stay: the same hold that made a
@@ -448,14 +471,15 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
 /// A viewer reading `first..=last` of `path` on its own connection at about
 /// `bytes_per_sec`, through a small receive buffer so that the server's sends
 /// follow its reading, connected from a thread on `cpu` when given (with
-/// `numa.steering = "cpu"` the SYN then reaches that CPU's worker). Returns the
-/// response head and the body.
+/// `numa.steering = "cpu"` the SYN then reaches that CPU's worker). Keeps the bytes
+/// it has received so far in `received`; returns the response head and the body.
 fn slow_viewer(
     addr: std::net::SocketAddr,
     path: &str,
     (first, last): (u64, u64),
     bytes_per_sec: u64,
     cpu: Option<usize>,
+    received: &AtomicU64,
 ) -> (String, Vec<u8>) {
     let mut s = connect_from(addr, cpu, Some(64 << 10));
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -471,6 +495,8 @@ fn slow_viewer(
             break;
         }
         got.extend_from_slice(&buf[..n]);
+        received.store(got.len() as u64, Ordering::Relaxed);
+        // The viewer's pace: it is slow on purpose.
         let due = Duration::from_secs_f64(got.len() as f64 / bytes_per_sec as f64);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
@@ -515,8 +541,28 @@ const TITLE_BYTES: usize = 64 << 20;
 /// What the slow viewer reads: the first 16 MiB of the title, resident when it starts.
 const SLOW_RANGE: (u64, u64) = (0, (16 << 20) - 1);
 const SLOW_RATE: u64 = 2 << 20;
-/// What the fast viewer fetches 1.5 s later, while the slow one is still before it.
+/// What the fast viewer fetches once the slow one is 3 MiB in (1.5 s at its rate),
+/// while the slow one is still before it.
 const FAST_RANGE: (u64, u64) = (8 << 20, (12 << 20) - 1);
+
+/// The slow viewer's progress at which the fast one starts.
+const SLOW_BEFORE_FAST: u64 = 3 << 20;
+
+/// Starts the slow viewer B of the drop tests on a thread, from `cpu` when given,
+/// and waits until it has received `bytes`; returns its thread.
+fn slow_viewer_until(
+    addr: std::net::SocketAddr,
+    cpu: Option<usize>,
+    bytes: u64,
+) -> std::thread::JoinHandle<(String, Vec<u8>)> {
+    let received = Arc::new(AtomicU64::new(0));
+    let progress = received.clone();
+    let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, cpu, &progress));
+    let under_way =
+        eventually(Duration::from_secs(30), || received.load(Ordering::Relaxed) >= bytes || b.is_finished());
+    assert!(under_way && !b.is_finished(), "the slow viewer did not get {bytes} bytes in or ended early");
+    b
+}
 
 /// A 64 MiB title with its first 16 MiB resident, a hot file locked in the page
 /// cache, and a page-cache budget (8 MiB) that keeps the hot file and not the title.
@@ -548,9 +594,8 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let url = server.url("/title.bin");
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
-        std::thread::sleep(Duration::from_millis(1500));
+    let run = measure_stall(&mut hot, &server, move || {
+        let b = slow_viewer_until(addr, None, SLOW_BEFORE_FAST);
         let range = format!("{}-{}", FAST_RANGE.0, FAST_RANGE.1);
         let out = common::curl(&["-sS", "-r", &range, "--max-time", "30", &url]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -588,9 +633,8 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
     let mut hot = connect_from(addr, Some(b_cpu), None);
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, Some(b_cpu)));
-        std::thread::sleep(Duration::from_millis(1500));
+    let run = measure_stall(&mut hot, &server, move || {
+        let b = slow_viewer_until(addr, Some(b_cpu), SLOW_BEFORE_FAST);
         let (a_head, a_body) = {
             let mut s = connect_from(addr, Some(a_cpu), None);
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -626,10 +670,9 @@ fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
     let mut hot = std::net::TcpStream::connect(addr).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
-        std::thread::sleep(Duration::from_millis(1000));
-        // B is about 2 MiB in: evict 8-16 MiB, ahead of it.
+    let run = measure_stall(&mut hot, &server, move || {
+        // B is 2 MiB in: evict 8-16 MiB, ahead of it.
+        let b = slow_viewer_until(addr, None, 2 << 20);
         let f = std::fs::File::open(&title).unwrap();
         linerate_sys::pagecache::fadvise(
             std::os::fd::AsFd::as_fd(&f),
