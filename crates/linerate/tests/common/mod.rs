@@ -79,7 +79,7 @@ impl Server {
         let stderr = Arc::new(Mutex::new(String::new()));
         let err_pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
                 let mut s = sink.lock().unwrap();
                 s.push_str(&line);
@@ -95,7 +95,8 @@ impl Server {
             line.clear();
             if out.read_line(&mut line).unwrap_or(0) == 0 {
                 let status = child.wait().unwrap();
-                std::thread::sleep(Duration::from_millis(100));
+                // Its last words: the reader ends at the pipe's end.
+                eventually(Duration::from_secs(2), || err_reader.is_finished());
                 panic!("linerate exited ({status}) before listening:\n{}", stderr.lock().unwrap());
             }
             if let Some(a) = line.trim().strip_prefix("listening http://") {
