@@ -89,7 +89,9 @@ fn sigterm_drains_transfers_in_flight_and_exits_zero() {
     // An idle keep-alive connection, which must not hold up the shutdown.
     let mut idle = TcpStream::connect(s.addr()).unwrap();
     idle.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-0\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The transfer is in flight and the other connection answered, idle.
+    assert!(eventually(Duration::from_secs(10), || under_way(&out)), "the download did not start");
+    assert!(response_waiting(&idle, Duration::from_secs(5)), "the idle connection's request was not answered");
     s.signal("TERM");
     // New connections are refused soon after.
     assert!(
@@ -112,8 +114,9 @@ fn drain_timeout_bounds_shutdown() {
     let cfg = ConfigFile::new(&format!("root = {:?}\n[timeouts]\ndrain = \"1s\"\n", c.path()));
     let mut s = Server::start(&["--config", cfg.arg()]);
     let out_dir = tempfile::tempdir().unwrap();
-    let mut dl = slow_download(&s.url("/big.bin"), "4M", &out_dir.path().join("got"));
-    std::thread::sleep(Duration::from_millis(300));
+    let out = out_dir.path().join("got");
+    let mut dl = slow_download(&s.url("/big.bin"), "4M", &out);
+    assert!(eventually(Duration::from_secs(10), || under_way(&out)), "the download did not start");
     let start = Instant::now();
     s.signal("INT");
     let exit = s.wait_exit(Duration::from_secs(10)).expect("server did not exit");
@@ -138,7 +141,8 @@ fn sighup_reloads_for_new_connections_without_dropping_old_ones() {
     let mut dl = slow_download(&s.url("/big.bin"), "8M", &out);
     let mut kept = TcpStream::connect(s.addr()).unwrap();
     kept.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(eventually(Duration::from_secs(10), || under_way(&out)), "the download did not start");
+    assert!(response_waiting(&kept, Duration::from_secs(5)), "the kept connection's request was not answered");
 
     cfg.rewrite(&format!("{base}cache_control = \"max-age=2\"\n"));
     s.signal("HUP");

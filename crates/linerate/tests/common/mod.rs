@@ -291,6 +291,26 @@ pub fn slow_download(url: &str, rate: &str, out: &Path) -> Guarded {
     )
 }
 
+/// Whether a download into `out` (a [`slow_download`], `curl -o`) has received its
+/// first bytes: it is under way.
+pub fn under_way(out: &Path) -> bool {
+    std::fs::metadata(out).is_ok_and(|m| m.len() > 0)
+}
+
+/// Waits until a whole response (head and Content-Length bytes) has arrived on `s`,
+/// up to `limit`, and leaves it there for the next read.
+pub fn response_waiting(s: &TcpStream, limit: Duration) -> bool {
+    let mut buf = vec![0u8; 64 * 1024];
+    eventually(limit, || {
+        s.set_nonblocking(true).unwrap();
+        let n = s.peek(&mut buf).unwrap_or(0);
+        s.set_nonblocking(false).unwrap();
+        parse_response(&buf[..n]).is_some_and(|r| {
+            r.header("content-length").and_then(|l| l.parse().ok()).is_some_and(|len: usize| r.body.len() >= len)
+        })
+    })
+}
+
 /// The response status, header block and body of `curl -i`, for one request.
 pub struct Response {
     pub status: u16,
