@@ -280,7 +280,8 @@ fn reloads_and_upgrades_under_load_lose_nothing() {
         bench(&args, Duration::from_secs(60))
     });
 
-    // t = 1.5 s, 3 s, ...: reloads, with an upgrade after every second one.
+    // t = 1.5 s, 3 s, ...: reloads, with an upgrade after every second one, spread
+    // over the load's 20 s (the schedule of the test, not a wait for anything).
     let mut upgrades = 0;
     for n in 1..=6u32 {
         std::thread::sleep(Duration::from_millis(1500));
@@ -299,7 +300,9 @@ fn reloads_and_upgrades_under_load_lose_nothing() {
             fleet.stderr()
         );
         if n % 2 == 0 {
-            std::thread::sleep(Duration::from_millis(500));
+            // The reload is done (every worker has it) before the upgrade begins.
+            let reloaded = || fleet.stderr().matches("configuration reloaded").count() == n as usize;
+            assert!(eventually(Duration::from_secs(10), reloaded), "reload {n} not reported:\n{}", fleet.stderr());
             let old = fleet.current_pid();
             let (ok, out) = fleet.upgrade_to(Path::new(BIN));
             assert!(ok, "upgrade {n}: {out}\n{}", fleet.stderr());
