@@ -126,7 +126,10 @@ fn new_connections_per_second_are_a_token_bucket() {
     assert!(refused >= 5, "{outcomes:?}");
     // Other addresses have their own bucket.
     assert_eq!(request(&mut connect_from("127.0.0.2", s.addr())), Some(200));
-    // Tokens come back with time.
+    // Tokens come back with time: the bucket refills by the clock (a token every
+    // 250 ms, the test's own setting), so this pause is the input, and a longer one
+    // on a busy machine only brings more. Polling instead would spend refused
+    // attempts, which the count below must not include.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(request(&mut connect_from("127.0.0.1", s.addr())), Some(200));
     let rate = s.metric("linerate_client_limit_refusals_total{limit=\"rate\"}");
@@ -160,6 +163,7 @@ fn paced_download(to: SocketAddr, path: &str, bytes_per_sec: usize, limit: Durat
         }
         total += got;
         next += Duration::from_millis(100);
+        // The client's pace: slow on purpose.
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     (total, false)
@@ -219,6 +223,7 @@ fn tls_responses_below_the_minimum_rate_are_cut() {
             assert!(start.elapsed() < Duration::from_secs(6), "kernel_tls = {mode}: not cut ({total} bytes)");
             for _ in 0..5 {
                 step += 1;
+                // The client's pace, as above.
                 std::thread::sleep(
                     (start + Duration::from_millis(100 * step)).saturating_duration_since(Instant::now()),
                 );

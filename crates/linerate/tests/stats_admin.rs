@@ -311,6 +311,7 @@ fn admin_keeps_connections_alive() {
     let (status, head, body) = answer(&mut conn, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     assert!(head.contains("Connection: keep-alive"), "{head}");
+    // The silence is the test: the connection must outlive it.
     std::thread::sleep(Duration::from_millis(600));
     let (status, _, body) = answer(&mut conn, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status, 200);
