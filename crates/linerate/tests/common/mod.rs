@@ -269,7 +269,8 @@ pub fn tool(name: &str) -> Command {
     let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().unwrap();
     assert!(
         found.status.success(),
-        "`{name}` is not installed; run the README's test command (scripts/test), which installs test dependencies"
+        "`{name}` is not installed; run the README's test command (scripts/test), which installs test dependencies \
+         (with --fast it skips the tests that need more than curl, openssl and python3: is this one missing from its list?)"
     );
     Command::new(name)
 }
