@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::common;
 use crate::common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
 use crate::common::tls::TestCa;
-use crate::common::{eventually, pseudo_random, ConfigFile, Server};
+use crate::common::{alone, eventually, pseudo_random, ConfigFile, Server};
 
 const HOT_BYTES: usize = 256 * 1024;
 const COLD_BYTES: usize = 24 << 20;
@@ -160,6 +160,7 @@ fn check_no_stall(run: &StallRun, what: &str) {
 
 #[test]
 fn hot_requests_do_not_wait_for_a_cold_read_plain() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _cold, _hot) = setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &[]);
@@ -172,6 +173,7 @@ fn hot_requests_do_not_wait_for_a_cold_read_plain() {
 
 #[test]
 fn hot_requests_do_not_wait_for_a_cold_read_https() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _cold, _hot) = setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let ca = TestCa::new();
@@ -586,6 +588,7 @@ fn title_setup() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Pinned, Con
 /// same worker must not wait for the disk.
 #[test]
 fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _title, data, _hot, config) = title_setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
@@ -613,6 +616,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
 /// B's worker must not wait for the disk when A's worker drops pages B is sending.
 #[test]
 fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let cpus = linerate_sys::allowed_cpus().unwrap();
     if cpus.len() < 2 {
         eprintln!("one CPU: no second worker to drop from; covered by the same-worker test");
@@ -663,6 +667,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
 /// not found resident just before, so it never reads the disk itself.
 #[test]
 fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, title, data, _hot, _) = title_setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &[]);

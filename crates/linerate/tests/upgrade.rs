@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::bench_support::{bench, num};
 use crate::common;
 use crate::common::tls::TestCa;
-use crate::common::{eventually, get, Content, BIN};
+use crate::common::{eventually, get, share, Content, Share, BIN};
 use linerate_sys::inherit::{self, Signal};
 
 /// The tests here count connection resets and share the reaper role: one at a time.
@@ -45,6 +45,8 @@ struct Fleet {
     admin: SocketAddr,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
+    /// Declared last, so given back once the processes are gone.
+    _share: Share,
 }
 
 impl Fleet {
@@ -65,6 +67,7 @@ impl Fleet {
 
     /// Writes the configuration and starts the server.
     fn start(body: &str, https: bool, env: &[(&str, &str)]) -> Fleet {
+        let share = share();
         inherit::become_child_subreaper().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("linerate");
@@ -117,6 +120,7 @@ impl Fleet {
             pids: vec![pid],
             stdout,
             stderr,
+            _share: share,
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{tool, Guarded, BIN};
+use crate::common::{share, tool, Guarded, BIN};
 
 /// What a bench run left behind.
 pub struct BenchRun {
@@ -25,6 +25,8 @@ impl BenchRun {
 
 /// Runs `linerate bench <args>`; fails the test if it is still running after `limit`.
 pub fn bench(args: &[&str], limit: Duration) -> BenchRun {
+    // Taken before the clock starts: it may wait for a test that runs alone.
+    let _share = share();
     let started = Instant::now();
     let mut child =
         Guarded::spawn(Command::new(BIN).arg("bench").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()));

@@ -8,9 +8,12 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod alone;
 pub mod browser;
 pub mod cold;
 pub mod tls;
+
+pub use alone::{alone, share, Share};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
@@ -35,6 +38,8 @@ pub struct Server {
     /// The admin endpoint, unless disabled.
     pub admin_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<String>>,
+    /// Declared last, so given back once the process is gone.
+    _share: Share,
 }
 
 impl Server {
@@ -73,6 +78,7 @@ impl Server {
 
     /// Starts `linerate serve <args>` exactly as given (nothing added but the pipes).
     pub fn spawn(mut cmd: Command) -> Server {
+        let share = share();
         let listens = cmd.get_args().filter(|a| *a == "--listen" || *a == "--tls-listen").count().max(1);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start linerate");
@@ -117,7 +123,7 @@ impl Server {
             let mut sink = Vec::new();
             let _ = out.read_to_end(&mut sink);
         });
-        Server { child, addrs, tls_addrs, admin_addr, stderr }
+        Server { child, addrs, tls_addrs, admin_addr, stderr, _share: share }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -209,13 +215,15 @@ impl Drop for Server {
 pub struct Guarded {
     child: Child,
     group: bool,
+    _share: Share,
 }
 
 impl Guarded {
     /// Starts `cmd`, killed when the guard is dropped.
     pub fn spawn(cmd: &mut Command) -> Guarded {
+        let share = share();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
-        Guarded { child, group: false }
+        Guarded { child, group: false, _share: share }
     }
 
     /// Starts `cmd` as the leader of a process group of its own, and kills the whole
@@ -226,8 +234,9 @@ impl Guarded {
     /// [`Guarded::spawn`].
     pub fn spawn_group(cmd: &mut Command) -> Guarded {
         std::os::unix::process::CommandExt::process_group(cmd, 0);
+        let share = share();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
-        Guarded { child, group: true }
+        Guarded { child, group: true, _share: share }
     }
 }
 
