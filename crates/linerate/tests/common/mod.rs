@@ -301,24 +301,42 @@ pub fn slow_download(url: &str, rate: &str, out: &Path) -> Guarded {
     )
 }
 
-/// Whether a download into `out` (a [`slow_download`], `curl -o`) has received its
-/// first bytes: it is under way.
-pub fn under_way(out: &Path) -> bool {
-    std::fs::metadata(out).is_ok_and(|m| m.len() > 0)
+/// A transfer in flight: a [`slow_download`] into a file of its own.
+pub struct Download {
+    pub curl: Guarded,
+    /// The file curl writes.
+    pub out: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
-/// Waits until a whole response (head and Content-Length bytes) has arrived on `s`,
-/// up to `limit`, and leaves it there for the next read.
-pub fn response_waiting(s: &TcpStream, limit: Duration) -> bool {
+/// Starts a [`slow_download`] of `url` at `rate` and returns once more than `past`
+/// bytes of it have arrived.
+pub fn download_past(url: &str, rate: &str, past: u64) -> Download {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("got");
+    let curl = slow_download(url, rate, &out);
+    let arrived = eventually(Duration::from_secs(10), || std::fs::metadata(&out).is_ok_and(|m| m.len() > past));
+    assert!(arrived, "the download of {url} did not get past {past} bytes");
+    Download { curl, out, _dir: dir }
+}
+
+/// A keep-alive connection to `addr` that has sent `request` and been answered:
+/// returned once the whole answer (head and Content-Length bytes) is in, left
+/// unread for the test.
+pub fn answered_connection(addr: SocketAddr, request: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request).unwrap();
     let mut buf = vec![0u8; 64 * 1024];
-    eventually(limit, || {
+    let answered = eventually(Duration::from_secs(10), || {
         s.set_nonblocking(true).unwrap();
         let n = s.peek(&mut buf).unwrap_or(0);
         s.set_nonblocking(false).unwrap();
         parse_response(&buf[..n]).is_some_and(|r| {
             r.header("content-length").and_then(|l| l.parse().ok()).is_some_and(|len: usize| r.body.len() >= len)
         })
-    })
+    });
+    assert!(answered, "no answer to {:?}", String::from_utf8_lossy(request));
+    s
 }
 
 /// The response status, header block and body of `curl -i`, for one request.
