@@ -24,15 +24,13 @@
 //! number of requests (default 3000) and `LINERATE_ABUSE_SECONDS` the time budget
 //! (default 120 s) for a long run (docs/FUZZING.md).
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const DEFAULT_REQUESTS: usize = 3000;
 const DEFAULT_SECONDS: u64 = 120;
@@ -821,6 +819,7 @@ fn run_case(addr: SocketAddr, seed: u64, site: &Site, tally: &Mutex<Tally>) -> R
                     failed = writer.write_all(&bytes[at..at + n]).is_err();
                     at += n;
                     if rng.u8(0..4) == 0 {
+                        // A client that sends in pieces, with pauses: the behaviour.
                         std::thread::sleep(Duration::from_micros(rng.u64(0..2000)));
                     }
                 }
@@ -833,6 +832,9 @@ fn run_case(addr: SocketAddr, seed: u64, site: &Site, tally: &Mutex<Tally>) -> R
             failed
         });
         if case.mode == Mode::StopReading {
+            // A client that stops reading for longer than the send timeout: the
+            // behaviour under test. (Sixteen clients share the server's counters,
+            // so its timeout cannot be told apart to wait for it instead.)
             std::thread::sleep(SEND_TIMEOUT + Duration::from_millis(500));
         }
         let limit = (case.mode == Mode::ReadSome).then(|| (seed % 20_000) as usize + 1);

@@ -3,13 +3,10 @@
 //! `--insecure`, refused when neither is given; TLS 1.2 sessions resumed by session
 //! ID and by ticket.
 
-mod bench_support;
-mod common;
-
 use std::time::Duration;
 
-use bench_support::{bench, num, test_certs, Nginx};
-use common::Content;
+use crate::bench_support::{bench, num, test_certs, Nginx};
+use crate::common::Content;
 
 #[test]
 fn https_sessions_verify_bytes_with_a_test_ca_or_insecure() {

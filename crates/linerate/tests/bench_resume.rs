@@ -2,14 +2,11 @@
 //! session's second connection resumes with the ticket its first one received), and
 //! makes a full handshake on every connection with `--no-resume`.
 
-mod bench_support;
-mod common;
-
 use std::time::Duration;
 
-use bench_support::{bench, num};
-use common::tls::{start_server, TestCa};
-use common::Content;
+use crate::bench_support::{bench, num};
+use crate::common::tls::{start_server, TestCa};
+use crate::common::Content;
 
 /// Runs one bench worker, one session, a new connection per request, for a second.
 fn handshakes(extra: &[&str]) -> serde_json::Value {

@@ -1,16 +1,13 @@
 //! `linerate bench` against a server that stalls on purpose: the bench must report
 //! timeouts and rebuffers and exit on time, never hang.
 
-mod bench_support;
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench_support::{bench, num};
+use crate::bench_support::{bench, num};
 
 const SIZE: u64 = 4 << 20;
 

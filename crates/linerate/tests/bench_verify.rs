@@ -2,13 +2,11 @@
 //! compared with the files (`--verify`), in paced and closed-loop modes, from a base
 //! URL with a file list and from a URL list; and a wrong file must be caught.
 
-mod bench_support;
-mod common;
-
 use std::time::Duration;
 
-use bench_support::{bench, num};
-use common::{Content, Server};
+use crate::bench_support::{bench, num};
+use crate::common;
+use crate::common::{Content, Server};
 
 /// Three titles of different sizes, one not a multiple of the segment size.
 fn catalogue() -> Content {

@@ -2,14 +2,14 @@
 //! positive, plausible figures and a named limit for every mode; a server given its
 //! output (`admin.capacity_model`) reports served Gb/s against it in /status and /load.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn run(args: &[&str]) -> std::process::Output {
+    // It measures with every CPU for seconds: load for the tests that run alone.
+    let _share = share();
     let out = Command::new(BIN).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     out
@@ -17,6 +17,8 @@ fn run(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn quick_json_gives_plausible_figures_and_a_named_limit() {
+    // It measures the machine: not the other tests' load.
+    let _alone = alone();
     let started = Instant::now();
     let out = run(&["capacity", "--quick", "--json"]);
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());

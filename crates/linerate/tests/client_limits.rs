@@ -3,14 +3,13 @@
 //! Each server is started with `Server::spawn`, so the test harness's raised
 //! loopback limits are not added.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 
 /// `linerate serve` with one worker and exactly this `[client_limits]` section
 /// (plus `extra` top-level sections).
@@ -63,14 +62,6 @@ fn assert_refused(mut s: TcpStream) {
     assert_eq!(r.header("retry-after").as_deref(), Some("1"));
 }
 
-/// The value of the sample `series` (name and labels, as written) in /metrics.
-fn metric(server: &Server, series: &str) -> f64 {
-    let out = curl(&["-sS", &server.admin_url("/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
-    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
-}
-
 #[test]
 fn connections_per_client_are_capped_and_given_back() {
     let c = Content::new();
@@ -95,10 +86,10 @@ fn connections_per_client_are_capped_and_given_back() {
         "no connection accepted after one closed"
     );
     // At least the one above (waiting for the close to be seen may have cost more).
-    assert!(metric(&s, "linerate_client_limit_refusals_total{limit=\"connections\"}") >= 1.0);
-    assert_eq!(metric(&s, "linerate_client_limit_refusals_total{limit=\"rate\"}"), 0.0);
+    assert!(s.metric("linerate_client_limit_refusals_total{limit=\"connections\"}") >= 1.0);
+    assert_eq!(s.metric("linerate_client_limit_refusals_total{limit=\"rate\"}"), 0.0);
     // Refused connections are not accepted ones.
-    let accepted = metric(&s, "linerate_connections_accepted_total");
+    let accepted = s.metric("linerate_connections_accepted_total");
     assert!(accepted >= 5.0, "{accepted}");
     // Refusals are summed up in one warning a minute at most, never logged one by one.
     assert!(s.stderr().matches("client limits refused").count() <= 1, "{}", s.stderr());
@@ -135,10 +126,13 @@ fn new_connections_per_second_are_a_token_bucket() {
     assert!(refused >= 5, "{outcomes:?}");
     // Other addresses have their own bucket.
     assert_eq!(request(&mut connect_from("127.0.0.2", s.addr())), Some(200));
-    // Tokens come back with time.
+    // Tokens come back with time: the bucket refills by the clock (a token every
+    // 250 ms, the test's own setting), so this pause is the input, and a longer one
+    // on a busy machine only brings more. Polling instead would spend refused
+    // attempts, which the count below must not include.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(request(&mut connect_from("127.0.0.1", s.addr())), Some(200));
-    let rate = metric(&s, "linerate_client_limit_refusals_total{limit=\"rate\"}");
+    let rate = s.metric("linerate_client_limit_refusals_total{limit=\"rate\"}");
     assert_eq!(rate, refused as f64);
 }
 
@@ -169,6 +163,7 @@ fn paced_download(to: SocketAddr, path: &str, bytes_per_sec: usize, limit: Durat
         }
         total += got;
         next += Duration::from_millis(100);
+        // The client's pace: slow on purpose.
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     (total, false)
@@ -199,7 +194,7 @@ fn a_response_sent_below_the_minimum_rate_is_cut_a_viewer_above_it_is_not() {
     assert!(slow_bytes < size / 4, "{slow_bytes}");
     assert!(!viewer_cut, "a viewer above the minimum rate was cut after {viewer_bytes} bytes");
     assert!(viewer_bytes > 600_000, "the viewer read only {viewer_bytes} bytes");
-    assert_eq!(metric(&s, "linerate_errors_total{kind=\"slow_client\"}"), 1.0);
+    assert_eq!(s.metric("linerate_errors_total{kind=\"slow_client\"}"), 1.0);
 }
 
 /// The same cut on both TLS send paths: user-space records, and the kernel's when
@@ -224,10 +219,11 @@ fn tls_responses_below_the_minimum_rate_are_cut() {
         let mut buf = [0u8; 200];
         let mut total = 0;
         let mut step = 0;
-        while metric(&s, slow) == 0.0 {
+        while s.metric(slow) == 0.0 {
             assert!(start.elapsed() < Duration::from_secs(6), "kernel_tls = {mode}: not cut ({total} bytes)");
             for _ in 0..5 {
                 step += 1;
+                // The client's pace, as above.
                 std::thread::sleep(
                     (start + Duration::from_millis(100 * step)).saturating_duration_since(Instant::now()),
                 );
@@ -249,7 +245,7 @@ fn tls_responses_below_the_minimum_rate_are_cut() {
             assert!(drain.elapsed() < Duration::from_secs(5), "kernel_tls = {mode}: the connection goes on");
         }
         assert!(total < 1024 * 1024, "kernel_tls = {mode}: {total} bytes arrived after all");
-        assert_eq!(metric(&s, "linerate_errors_total{kind=\"slow_client\"}"), 1.0, "kernel_tls = {mode}");
+        assert_eq!(s.metric("linerate_errors_total{kind=\"slow_client\"}"), 1.0, "kernel_tls = {mode}");
     }
 }
 

@@ -3,17 +3,16 @@
 //! root), and pages are evicted with POSIX_FADV_DONTNEED, so these tests need a
 //! real disk under the repository (not tmpfs).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
-use common::tls::TestCa;
-use common::{pseudo_random, ConfigFile, Server};
+use crate::common;
+use crate::common::cold::{content_on_disk, evict, resident_bytes, warm, FaultyFs, Pinned, Throttle};
+use crate::common::tls::TestCa;
+use crate::common::{alone, eventually, pseudo_random, ConfigFile, Server};
 
 const HOT_BYTES: usize = 256 * 1024;
 const COLD_BYTES: usize = 24 << 20;
@@ -72,10 +71,12 @@ struct StallRun {
     cold_took: Duration,
 }
 
-/// Times hot requests while idle, then while `cold` fetches a cold range.
-fn measure_stall(hot: &mut dyn HotClient, cold: impl FnOnce() + Send + 'static) -> StallRun {
+/// Times hot requests while idle, then while `cold` fetches a cold range from
+/// `server`.
+fn measure_stall(hot: &mut dyn HotClient, server: &Server, cold: impl FnOnce() + Send + 'static) -> StallRun {
     let idle: Vec<Duration> = (0..20)
         .map(|_| {
+            // The samples' pace (a viewer's requests), not a wait for anything.
             std::thread::sleep(Duration::from_millis(10));
             hot.timed_get()
         })
@@ -87,11 +88,13 @@ fn measure_stall(hot: &mut dyn HotClient, cold: impl FnOnce() + Send + 'static) 
         cold();
         flag.store(true, Ordering::SeqCst);
     });
-    // Let the cold request reach the server first.
-    std::thread::sleep(Duration::from_millis(150));
+    // The cold request reaches the server first: it has a connection besides the hot one.
+    let reached = eventually(Duration::from_secs(10), || server.metric_sum("linerate_connections") >= 2.0);
+    assert!(reached, "the cold request did not reach the server");
     let mut busy = Vec::new();
     while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(60) {
         busy.push(hot.timed_get());
+        // The samples' pace, as above.
         std::thread::sleep(Duration::from_millis(20));
     }
     t.join().unwrap();
@@ -157,18 +160,20 @@ fn check_no_stall(run: &StallRun, what: &str) {
 
 #[test]
 fn hot_requests_do_not_wait_for_a_cold_read_plain() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _cold, _hot) = setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &[]);
     let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    let run = measure_stall(&mut hot, &server, curl_cold(server.url("/cold.bin"), None));
     check_no_stall(&run, "plain");
     assert!(throttle.read_bytes() >= 4 << 20, "the cold range was not read from the throttled disk");
 }
 
 #[test]
 fn hot_requests_do_not_wait_for_a_cold_read_https() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _cold, _hot) = setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let ca = TestCa::new();
@@ -181,7 +186,7 @@ fn hot_requests_do_not_wait_for_a_cold_read_https() {
     let addr = server.tls_addrs[0];
     let mut hot = common::tls::connect(addr, "localhost", Path::new(ca.ca_arg()));
     let url = format!("https://localhost:{}/cold.bin", addr.port());
-    let run = measure_stall(&mut hot, curl_cold(url, Some(ca.ca_arg().to_string())));
+    let run = measure_stall(&mut hot, &server, curl_cold(url, Some(ca.ca_arg().to_string())));
     check_no_stall(&run, "https");
 }
 
@@ -195,27 +200,9 @@ fn cold_read_blocks_the_worker_when_fill_is_off() {
     let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
     let mut hot = std::net::TcpStream::connect(server.addr()).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let run = measure_stall(&mut hot, curl_cold(server.url("/cold.bin"), None));
+    let run = measure_stall(&mut hot, &server, curl_cold(server.url("/cold.bin"), None));
     eprintln!("fill off: hot max during the cold read {:?}", run.busy_max);
     assert!(run.busy_max >= Duration::from_millis(500), "expected a stall without the fill pool: {:?}", run.busy_max);
-}
-
-/// Sum of every sample of `name` (all label sets) in the server's /metrics.
-fn metric_sum(server: &Server, name: &str) -> f64 {
-    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// The value of the sample `series` (name and labels, as written) in /metrics.
-fn metric_value(server: &Server, series: &str) -> f64 {
-    let out = common::curl(&["-sS", &server.admin_url("/metrics")]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
-    line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
 }
 
 /// The parts of a multipart/byteranges body: (first, last, bytes).
@@ -280,9 +267,9 @@ fn cold_ranges_are_exact_on_every_transport() {
             assert!(bytes == data[a..=b], "{name}: part {a}-{b} differs");
         }
     }
-    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
-    assert!(metric_value(&server, "linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
-    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 0.0);
+    assert!(server.metric("linerate_page_cache_bytes_total{source=\"filled\"}") >= (4 << 20) as f64);
+    assert!(server.metric("linerate_page_cache_bytes_total{source=\"resident\"}") > 0.0);
+    assert_eq!(server.metric("linerate_errors_total{kind=\"disk\"}"), 0.0);
     // /status carries the same view, with the ratio and the disk that was read.
     let status = common::curl(&["-sS", &server.admin_url("/status")]);
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
@@ -324,8 +311,8 @@ fn concurrent_requests_for_a_cold_range_share_one_disk_read() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout == data[..2 << 20], "a viewer got wrong bytes");
     }
-    assert_eq!(metric_sum(&server, "linerate_fills_total"), 1.0, "one fill for fifty viewers");
-    assert_eq!(metric_sum(&server, "linerate_fill_bytes_total"), (2 << 20) as f64);
+    assert_eq!(server.metric_sum("linerate_fills_total"), 1.0, "one fill for fifty viewers");
+    assert_eq!(server.metric_sum("linerate_fill_bytes_total"), (2 << 20) as f64);
     let read = throttle.read_bytes() - before;
     assert!((2 << 20..3 << 20).contains(&read), "the disk read {read} bytes for one 2 MiB range");
 }
@@ -376,9 +363,9 @@ fn failed_and_late_fills_end_only_their_connections() {
         }
     }
     assert!(common::curl(&["-sS", "-o", "/dev/null", "-f", &server.url("/good.bin")]).status.success());
-    assert!(metric_sum(&server, "linerate_fill_errors_total") >= 2.0, "EIO fills counted");
-    assert!(metric_sum(&server, "linerate_fill_timeouts_total") >= 2.0, "late fills counted");
-    assert_eq!(metric_value(&server, "linerate_errors_total{kind=\"disk\"}"), 4.0, "every failed response counted");
+    assert!(server.metric_sum("linerate_fill_errors_total") >= 2.0, "EIO fills counted");
+    assert!(server.metric_sum("linerate_fill_timeouts_total") >= 2.0, "late fills counted");
+    assert_eq!(server.metric("linerate_errors_total{kind=\"disk\"}"), 4.0, "every failed response counted");
     assert_eq!(count_lines(&server, "disk read failed"), 1, "logged once per device:\n{}", server.stderr());
     assert_eq!(count_lines(&server, "within fill.timeout"), 1, "logged once per device:\n{}", server.stderr());
 }
@@ -401,15 +388,21 @@ fn a_viewer_reading_in_order_waits_for_the_disk_once() {
         let out = common::curl(&["-sS", "-r", &format!("{first}-{last}"), "--max-time", "20", &url]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stdout == data[first..=last], "segment {segment} differs");
-        // Playing the segment: the next one is read meanwhile (2 MiB at 8 MiB/s).
-        std::thread::sleep(Duration::from_millis(700));
+        // Playing the segment while the disk reads the next one ahead (2 MiB at
+        // 8 MiB/s): a pace the disk follows is one that asks for the next segment
+        // once its read-ahead is done, whatever the machine's load. Without
+        // read-ahead this waits in vain and the next segment waits for the disk.
+        let ahead = ((segment + 2) << 21) as f64;
+        eventually(Duration::from_secs(10), || {
+            server.metric("linerate_fill_queue_depth") == 0.0 && server.metric_sum("linerate_fill_bytes_total") >= ahead
+        });
     }
     // One wait (the first segment); a second is tolerated on a machine so busy that
     // a read-ahead is late. Reading ahead only after cold segments would wait at
     // every other one (3); no read-ahead, at all six.
-    let waits = metric_value(&server, "linerate_fill_wait_seconds_count");
+    let waits = server.metric("linerate_fill_wait_seconds_count");
     assert!(waits <= 2.0, "{waits} waits for the disk over six segments read in order");
-    assert!(metric_value(&server, "linerate_fill_readahead_total") >= 5.0);
+    assert!(server.metric("linerate_fill_readahead_total") >= 5.0);
 }
 
 /// Page-cache admission: with room for one of two 4 MiB files, the one asked for
@@ -438,11 +431,24 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
         for _ in 0..3 {
             fetch("/popular.bin");
         }
-        // The worker merges its counts and the kept set is ranked at most once a second.
+        // The worker merges its counts and the kept set is ranked at most once a
+        // second, at a request: the rare file's must come a second after the first
+        // one's, or it is weighed against a kept set that still has room for it.
+        // A wait for the server's one-second merge interval (MERGE_INTERVAL in
+        // server::fill), which it does not report the end of and the configuration
+        // cannot shorten; it goes when either changes.
         std::thread::sleep(Duration::from_millis(1100));
         fetch("/rare.bin");
         // The drop waits a quarter of a second for the socket to let go of the pages.
-        std::thread::sleep(Duration::from_millis(800));
+        if admission {
+            eventually(Duration::from_secs(10), || {
+                server.metric_sum("linerate_page_cache_dropped_bytes_total") >= (4 << 20) as f64
+            });
+        } else {
+            // Nothing to wait for: the pause gives a drop the time it would take, to
+            // show that none comes without the policy.
+            std::thread::sleep(Duration::from_millis(800));
+        }
         // (Memory pressure from elsewhere on the machine may evict a few pages of
         // anything read once, and the kernel may still hold a few just-sent pages
         // when the server drops them, which then stay: the same hold that made a
@@ -454,12 +460,12 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
             let left = resident_bytes(&rare);
             // Holds of up to 1.2 MiB were seen; half the file leaves room for them.
             assert!(left <= 2 << 20, "the rare file was dropped after sending, but {left} bytes stayed");
-            assert_eq!(metric_value(&server, "linerate_page_cache_kept_files"), 1.0);
-            assert_eq!(metric_value(&server, "linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
-            assert_eq!(metric_value(&server, "linerate_page_cache_budget_bytes"), (5 << 20) as f64);
+            assert_eq!(server.metric("linerate_page_cache_kept_files"), 1.0);
+            assert_eq!(server.metric("linerate_page_cache_dropped_bytes_total"), (4 << 20) as f64);
+            assert_eq!(server.metric("linerate_page_cache_budget_bytes"), (5 << 20) as f64);
         } else {
             assert!(resident_bytes(&rare) >= mostly, "without the policy the rare file stays too");
-            assert_eq!(metric_sum(&server, "linerate_page_cache_dropped_bytes_total"), 0.0);
+            assert_eq!(server.metric_sum("linerate_page_cache_dropped_bytes_total"), 0.0);
         }
     }
 }
@@ -467,14 +473,15 @@ fn a_file_outside_the_kept_set_leaves_the_page_cache() {
 /// A viewer reading `first..=last` of `path` on its own connection at about
 /// `bytes_per_sec`, through a small receive buffer so that the server's sends
 /// follow its reading, connected from a thread on `cpu` when given (with
-/// `numa.steering = "cpu"` the SYN then reaches that CPU's worker). Returns the
-/// response head and the body.
+/// `numa.steering = "cpu"` the SYN then reaches that CPU's worker). Keeps the bytes
+/// it has received so far in `received`; returns the response head and the body.
 fn slow_viewer(
     addr: std::net::SocketAddr,
     path: &str,
     (first, last): (u64, u64),
     bytes_per_sec: u64,
     cpu: Option<usize>,
+    received: &AtomicU64,
 ) -> (String, Vec<u8>) {
     let mut s = connect_from(addr, cpu, Some(64 << 10));
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -490,6 +497,8 @@ fn slow_viewer(
             break;
         }
         got.extend_from_slice(&buf[..n]);
+        received.store(got.len() as u64, Ordering::Relaxed);
+        // The viewer's pace: it is slow on purpose.
         let due = Duration::from_secs_f64(got.len() as f64 / bytes_per_sec as f64);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
@@ -534,8 +543,28 @@ const TITLE_BYTES: usize = 64 << 20;
 /// What the slow viewer reads: the first 16 MiB of the title, resident when it starts.
 const SLOW_RANGE: (u64, u64) = (0, (16 << 20) - 1);
 const SLOW_RATE: u64 = 2 << 20;
-/// What the fast viewer fetches 1.5 s later, while the slow one is still before it.
+/// What the fast viewer fetches once the slow one is 3 MiB in (1.5 s at its rate),
+/// while the slow one is still before it.
 const FAST_RANGE: (u64, u64) = (8 << 20, (12 << 20) - 1);
+
+/// The slow viewer's progress at which the fast one starts.
+const SLOW_BEFORE_FAST: u64 = 3 << 20;
+
+/// Starts the slow viewer B of the drop tests on a thread, from `cpu` when given,
+/// and waits until it has received `bytes`; returns its thread.
+fn slow_viewer_until(
+    addr: std::net::SocketAddr,
+    cpu: Option<usize>,
+    bytes: u64,
+) -> std::thread::JoinHandle<(String, Vec<u8>)> {
+    let received = Arc::new(AtomicU64::new(0));
+    let progress = received.clone();
+    let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, cpu, &progress));
+    let under_way =
+        eventually(Duration::from_secs(30), || received.load(Ordering::Relaxed) >= bytes || b.is_finished());
+    assert!(under_way && !b.is_finished(), "the slow viewer did not get {bytes} bytes in or ended early");
+    b
+}
 
 /// A 64 MiB title with its first 16 MiB resident, a hot file locked in the page
 /// cache, and a page-cache budget (8 MiB) that keeps the hot file and not the title.
@@ -559,6 +588,7 @@ fn title_setup() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Pinned, Con
 /// same worker must not wait for the disk.
 #[test]
 fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, _title, data, _hot, config) = title_setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &["--config", config.arg()]);
@@ -567,9 +597,8 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let url = server.url("/title.bin");
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
-        std::thread::sleep(Duration::from_millis(1500));
+    let run = measure_stall(&mut hot, &server, move || {
+        let b = slow_viewer_until(addr, None, SLOW_BEFORE_FAST);
         let range = format!("{}-{}", FAST_RANGE.0, FAST_RANGE.1);
         let out = common::curl(&["-sS", "-r", &range, "--max-time", "30", &url]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -578,7 +607,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
         assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
         assert!(body == expected[..body.len()], "B's bytes differ");
     });
-    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    let dropped = server.metric_sum("linerate_page_cache_dropped_bytes_total");
     assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
     check_no_stall(&run, "drop under a slow viewer");
 }
@@ -587,6 +616,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_the_same_worker() {
 /// B's worker must not wait for the disk when A's worker drops pages B is sending.
 #[test]
 fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let cpus = linerate_sys::allowed_cpus().unwrap();
     if cpus.len() < 2 {
         eprintln!("one CPU: no second worker to drop from; covered by the same-worker test");
@@ -607,9 +637,8 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
     let mut hot = connect_from(addr, Some(b_cpu), None);
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, Some(b_cpu)));
-        std::thread::sleep(Duration::from_millis(1500));
+    let run = measure_stall(&mut hot, &server, move || {
+        let b = slow_viewer_until(addr, Some(b_cpu), SLOW_BEFORE_FAST);
         let (a_head, a_body) = {
             let mut s = connect_from(addr, Some(a_cpu), None);
             s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -628,7 +657,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
         assert!(b_body == expected[..b_body.len()], "B's bytes differ");
         assert_ne!(worker_of(&a_head), worker_of(&b_head), "A and B were meant for different workers");
     });
-    let dropped = metric_sum(&server, "linerate_page_cache_dropped_bytes_total");
+    let dropped = server.metric_sum("linerate_page_cache_dropped_bytes_total");
     assert!(dropped >= (4 << 20) as f64, "A's pages were not dropped ({dropped} bytes): the run proves nothing");
     check_no_stall(&run, "drop from another worker under a slow viewer");
 }
@@ -638,6 +667,7 @@ fn a_drop_never_evicts_pages_under_a_viewer_on_another_worker() {
 /// not found resident just before, so it never reads the disk itself.
 #[test]
 fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
+    let _alone = alone(); // it times hot requests against idle ones
     let (dir, title, data, _hot, _) = title_setup();
     let throttle = Throttle::new(dir.path(), DISK_BYTES_PER_SEC);
     let server = start_throttled(&throttle, dir.path(), &[]);
@@ -645,10 +675,9 @@ fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
     let mut hot = std::net::TcpStream::connect(addr).unwrap();
     hot.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let expected = data.clone();
-    let run = measure_stall(&mut hot, move || {
-        let b = std::thread::spawn(move || slow_viewer(addr, "/title.bin", SLOW_RANGE, SLOW_RATE, None));
-        std::thread::sleep(Duration::from_millis(1000));
-        // B is about 2 MiB in: evict 8-16 MiB, ahead of it.
+    let run = measure_stall(&mut hot, &server, move || {
+        // B is 2 MiB in: evict 8-16 MiB, ahead of it.
+        let b = slow_viewer_until(addr, None, 2 << 20);
         let f = std::fs::File::open(&title).unwrap();
         linerate_sys::pagecache::fadvise(
             std::os::fd::AsFd::as_fd(&f),
@@ -661,7 +690,7 @@ fn pages_evicted_under_a_slow_viewer_are_filled_not_read_by_the_worker() {
         assert_eq!(body.len() as u64, SLOW_RANGE.1 + 1, "B's length");
         assert!(body == expected[..body.len()], "B's bytes differ");
     });
-    let filled = metric_value(&server, "linerate_page_cache_bytes_total{source=\"filled\"}");
+    let filled = server.metric("linerate_page_cache_bytes_total{source=\"filled\"}");
     assert!(filled >= (4 << 20) as f64, "the evicted windows were not filled ({filled} bytes)");
     check_no_stall(&run, "pages evicted under a slow viewer");
 }

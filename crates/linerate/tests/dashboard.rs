@@ -1,12 +1,10 @@
 //! The admin endpoint's live page: served whole, with nothing to fetch from another
 //! origin, and in headless Chromium its numbers follow the load put on the server.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Every `src="…"`/`href="…"`/`action="…"` value and every `fetch(…)` argument in `page`.
 fn references(page: &str) -> Vec<String> {

@@ -1,10 +1,8 @@
 //! `linerate dim simulate` end to end: the real binary, its report and its chart.
 
-mod common;
-
 use std::process::Command;
 
-use common::BIN;
+use crate::common::BIN;
 
 #[test]
 fn simulate_reports_every_policy_and_writes_the_chart() {

@@ -1,11 +1,9 @@
 //! HTTP behaviour as curl sees it: statuses, headers, ranges, conditionals, HEAD,
 //! media types, directories, methods, CORS.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::*;
+use crate::common::*;
 
 fn setup() -> (Content, Server) {
     let c = Content::new();

@@ -1,13 +1,11 @@
 //! HTTP/1.1 over a raw socket: pipelining, keep-alive rules, malformed and
 //! oversized requests, request bodies and smuggling attempts, path traversal.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -85,9 +83,11 @@ fn keep_alive_rules() {
     let mut sock = TcpStream::connect(s.addr()).unwrap();
     sock.set_read_timeout(Some(T)).unwrap();
     sock.write_all(b"GET /a.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The second request once the first is answered: not pipelined.
+    let mut raw = read_until_contains(&mut sock, b"AAAA", T);
+    sock.set_read_timeout(Some(T)).unwrap();
     sock.write_all(b"GET /b.txt HTTP/1.0\r\n\r\n").unwrap();
-    let raw = read_until_close(&mut sock, T);
+    raw.extend(read_until_close(&mut sock, T));
     let rs = split_responses(&raw);
     assert_eq!(rs.len(), 2, "{}", String::from_utf8_lossy(&raw));
     assert_eq!(rs[0].header("connection").as_deref(), Some("keep-alive"));
@@ -286,6 +286,8 @@ fn split_request_body_keeps_the_connection() {
     let mut sock = TcpStream::connect(s.addr()).unwrap();
     sock.set_read_timeout(Some(T)).unwrap();
     sock.write_all(b"GET /a.txt HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+    // The pauses split the body and the next request into reads of their own: a
+    // client that sends in pieces, the behaviour under test.
     std::thread::sleep(Duration::from_millis(100));
     sock.write_all(b"defghij").unwrap();
     std::thread::sleep(Duration::from_millis(50));

@@ -1,11 +1,9 @@
 //! Real media clients: ffprobe reading MP4 over HTTP (with and without seeking),
 //! and headless Chromium playing the demo page's video.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Makes a 4 s H.264/AAC MP4 with ffmpeg's test sources.
 fn make_mp4(path: &std::path::Path, faststart: bool) {

@@ -5,11 +5,9 @@
 //! of `linerate topo` on a fixture board, page-node sampling and disk-centric
 //! read-ahead. The real multi-node checks run in the qemu harness.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn allowed_cpus() -> Vec<usize> {
     let out = tool("sh").args(["-c", "taskset -cp $$"]).output().unwrap();
@@ -198,7 +196,9 @@ fn page_nodes_are_sampled_and_disk_placement_fills_cold_content() {
         .status()
         .unwrap();
     assert!(evicted.success());
-    // Past the second for which a worker trusts a window it found resident.
+    // Past the second for which a worker trusts a window it found resident: a wait
+    // for the server's residency memo (one second, fixed), which it does not report
+    // and the configuration cannot shorten; it goes when either changes.
     std::thread::sleep(Duration::from_millis(1200));
     assert!(curl(&["--fail", "-o", "/dev/null", &s.url("/big.bin")]).status.success());
     let filled = status(&s)["totals"]["body_filled_bytes"].as_u64().unwrap();

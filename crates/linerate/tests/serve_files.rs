@@ -1,12 +1,10 @@
 //! Bodies: a whole 256 MiB file byte for byte, zero-copy sending (strace), and files
 //! replaced or truncated while they are being sent.
 
-mod common;
-
 use std::io::Read;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn large_file_arrives_intact() {
@@ -75,16 +73,11 @@ fn file_replaced_by_rename_keeps_sending_the_old_inode() {
     let c = Content::new();
     let old = c.write_random("movie.mp4", 32 << 20, 31);
     let s = Server::start(&["--root", &c.root_arg()]);
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("got");
-    let mut dl = slow_download(&s.url("/movie.mp4"), "16M", &out);
-    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
-        .map(|m| m.len() > 1 << 20)
-        .unwrap_or(false)));
+    let mut dl = download_past(&s.url("/movie.mp4"), "16M", 1 << 20);
     let new = c.write_random("movie.mp4.tmp", 1 << 20, 32);
     std::fs::rename(c.path().join("movie.mp4.tmp"), c.path().join("movie.mp4")).unwrap();
-    assert!(dl.wait().unwrap().success());
-    assert_eq!(sha256_hex(&std::fs::read(&out).unwrap()), sha256_hex(&old), "in-flight transfer switched files");
+    assert!(dl.curl.wait().unwrap().success());
+    assert_eq!(sha256_hex(&std::fs::read(&dl.out).unwrap()), sha256_hex(&old), "in-flight transfer switched files");
     // New requests see the new file at once.
     let r = get(&s.url("/movie.mp4"), &[]);
     assert_eq!(r.body.len(), new.len());
@@ -96,21 +89,16 @@ fn file_truncated_during_transfer_ends_the_connection() {
     let c = Content::new();
     let data = c.write_random("movie.mp4", 64 << 20, 41);
     let s = Server::start(&["--root", &c.root_arg()]);
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("got");
-    let mut dl = slow_download(&s.url("/movie.mp4"), "16M", &out);
     // Truncate once the transfer is under way (its Content-Length is the full size).
-    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(&out)
-        .map(|m| m.len() > 1 << 20)
-        .unwrap_or(false)));
+    let mut dl = download_past(&s.url("/movie.mp4"), "16M", 1 << 20);
     // Well beyond what can have been sent by now at 16 MB/s plus socket buffers.
     let keep = 40 << 20;
     std::fs::OpenOptions::new().write(true).open(c.path().join("movie.mp4")).unwrap().set_len(keep as u64).unwrap();
-    let status = dl.wait_timeout_or_kill(Duration::from_secs(20));
+    let status = dl.curl.wait_timeout_or_kill(Duration::from_secs(20));
     let mut report = String::new();
-    dl.stdout.take().unwrap().read_to_string(&mut report).unwrap();
+    dl.curl.stdout.take().unwrap().read_to_string(&mut report).unwrap();
     assert_eq!(status.and_then(|s| s.code()), Some(18), "curl: {report} (18 = transfer closed with data outstanding)");
-    let got = std::fs::read(&out).unwrap();
+    let got = std::fs::read(&dl.out).unwrap();
     // Everything the file still holds, then the close: no padding, no hang.
     assert_eq!(got.len(), keep, "received {} bytes of a file now {keep} long", got.len());
     assert!(got == data[..keep], "received bytes differ from the file's");

@@ -1,13 +1,11 @@
 //! Start-up, configuration errors, reload on SIGHUP, graceful shutdown.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn bad_configuration_is_refused_with_file_key_and_problem() {
@@ -84,14 +82,10 @@ fn sigterm_drains_transfers_in_flight_and_exits_zero() {
     let c = Content::new();
     let data = c.write_random("big.bin", 24 << 20, 11);
     let mut s = Server::start(&["--root", &c.root_arg()]);
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("got");
-    // ~2 s at 12 MB/s.
-    let mut dl = slow_download(&s.url("/big.bin"), "12M", &out);
+    // ~2 s at 12 MB/s, in flight.
+    let mut dl = download_past(&s.url("/big.bin"), "12M", 0);
     // An idle keep-alive connection, which must not hold up the shutdown.
-    let mut idle = TcpStream::connect(s.addr()).unwrap();
-    idle.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-0\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let mut idle = answered_connection(s.addr(), b"GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-0\r\n\r\n");
     s.signal("TERM");
     // New connections are refused soon after.
     assert!(
@@ -100,9 +94,9 @@ fn sigterm_drains_transfers_in_flight_and_exits_zero() {
     );
     let idle_closed = read_until_close(&mut idle, Duration::from_secs(3));
     assert!(parse_response(&idle_closed).is_some());
-    let status = dl.wait().unwrap();
+    let status = dl.curl.wait().unwrap();
     assert!(status.success(), "download cut short by shutdown");
-    assert_eq!(sha256_hex(&std::fs::read(&out).unwrap()), sha256_hex(&data));
+    assert_eq!(sha256_hex(&std::fs::read(&dl.out).unwrap()), sha256_hex(&data));
     let exit = s.wait_exit(Duration::from_secs(10)).expect("server did not exit");
     assert!(exit.success(), "exit status {exit}");
 }
@@ -113,15 +107,13 @@ fn drain_timeout_bounds_shutdown() {
     c.write_random("big.bin", 64 << 20, 12);
     let cfg = ConfigFile::new(&format!("root = {:?}\n[timeouts]\ndrain = \"1s\"\n", c.path()));
     let mut s = Server::start(&["--config", cfg.arg()]);
-    let out_dir = tempfile::tempdir().unwrap();
-    let mut dl = slow_download(&s.url("/big.bin"), "4M", &out_dir.path().join("got"));
-    std::thread::sleep(Duration::from_millis(300));
+    let mut dl = download_past(&s.url("/big.bin"), "4M", 0);
     let start = Instant::now();
     s.signal("INT");
     let exit = s.wait_exit(Duration::from_secs(10)).expect("server did not exit");
     assert!(exit.success());
     assert!(start.elapsed() < Duration::from_secs(4), "{:?}", start.elapsed());
-    assert!(!dl.wait().unwrap().success(), "the 16 s transfer cannot have completed");
+    assert!(!dl.curl.wait().unwrap().success(), "the 16 s transfer cannot have completed");
 }
 
 #[test]
@@ -135,12 +127,8 @@ fn sighup_reloads_for_new_connections_without_dropping_old_ones() {
     assert_eq!(get(&s.url("/a.txt"), &[]).header("cache-control").as_deref(), Some("max-age=1"));
 
     // A transfer in flight and an open keep-alive connection across the reload.
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = out_dir.path().join("got");
-    let mut dl = slow_download(&s.url("/big.bin"), "8M", &out);
-    let mut kept = TcpStream::connect(s.addr()).unwrap();
-    kept.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mut dl = download_past(&s.url("/big.bin"), "8M", 0);
+    let mut kept = answered_connection(s.addr(), b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n");
 
     cfg.rewrite(&format!("{base}cache_control = \"max-age=2\"\n"));
     s.signal("HUP");
@@ -159,8 +147,8 @@ fn sighup_reloads_for_new_connections_without_dropping_old_ones() {
     assert!(eventually(Duration::from_secs(5), || s.stderr().contains("reload failed")));
     assert_eq!(get(&s.url("/a.txt"), &[]).header("cache-control").as_deref(), Some("max-age=2"));
 
-    assert!(dl.wait().unwrap().success());
-    assert_eq!(sha256_hex(&std::fs::read(&out).unwrap()), sha256_hex(&data));
+    assert!(dl.curl.wait().unwrap().success());
+    assert_eq!(sha256_hex(&std::fs::read(&dl.out).unwrap()), sha256_hex(&data));
 }
 
 /// A `[dim]` section for a NIC without coalescing support: the controller says so

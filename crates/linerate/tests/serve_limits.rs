@@ -1,13 +1,11 @@
 //! Timeouts and limits: slow clients, idle connections, clients that stop reading,
 //! connection caps, and running out of file descriptors.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn config(c: &Content, extra: &str) -> ConfigFile {
     ConfigFile::new(&format!("root = {:?}\nworkers = 1\n{extra}\n", c.path()))
@@ -46,6 +44,7 @@ fn slow_head_gets_408_and_close() {
             closed_after = Some(start.elapsed());
             break;
         }
+        // The trickle itself: a slow client is the behaviour under test.
         std::thread::sleep(Duration::from_millis(200));
         if start.elapsed() > Duration::from_secs(8) {
             break;
@@ -91,12 +90,14 @@ fn client_that_stops_reading_is_dropped_after_send_timeout() {
     sock.connect(&s.addr().into()).unwrap();
     let mut sock: TcpStream = sock.into();
     sock.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    // Read nothing for 3 s: the server must give up after ~1 s without progress.
-    std::thread::sleep(Duration::from_secs(3));
+    // Read nothing until the server gives up (after ~1 s without progress): it
+    // counts a timeout.
+    let gave_up = eventually(Duration::from_secs(10), || s.metric("linerate_errors_total{kind=\"timeout\"}") >= 1.0);
     let start = Instant::now();
     let (data, _) = read_to_close(&mut sock, Duration::from_secs(20));
     assert!(data.len() < size / 2, "server kept sending: {} bytes", data.len());
     assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(gave_up, "no send timeout counted");
 }
 
 #[test]
@@ -107,7 +108,8 @@ fn connection_cap_pauses_accepting() {
     let s = Server::start(&["--config", cfg.arg()]);
     let held1 = TcpStream::connect(s.addr()).unwrap();
     let held2 = TcpStream::connect(s.addr()).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Both accepted: the worker is full.
+    assert!(eventually(Duration::from_secs(5), || s.metric_sum("linerate_connections") >= 2.0));
     // The third connection is queued by the kernel but not served while full.
     let mut third = TcpStream::connect(s.addr()).unwrap();
     third.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
@@ -134,9 +136,12 @@ fn out_of_file_descriptors_backs_off_and_recovers() {
     // 48 descriptors: a few for the runtime and listener, the rest for connections.
     let s = Server::start_wrapped(&["prlimit", "--nofile=48:48"], &["--config", cfg.arg()]);
     let held: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(s.addr()).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // Out of descriptors: it says so.
+    eventually(Duration::from_secs(5), || s.stderr().contains("accept failed"));
     let ticks_per_sec = 100; // USER_HZ on Linux
     let before = s.cpu_ticks();
+    // Two seconds with connections it cannot take: the CPU it spends meanwhile is
+    // what is measured, so this pause is the test, not a wait.
     std::thread::sleep(Duration::from_secs(2));
     let used = s.cpu_ticks() - before;
     assert!(used < 2 * ticks_per_sec / 5, "server burnt {used} ticks in 2 s while out of descriptors");

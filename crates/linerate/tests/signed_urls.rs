@@ -3,15 +3,14 @@
 //! with no failed request; the token never in the server's log or access log; the
 //! metric per verdict.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common;
+use crate::common::*;
 
 const K1: &str = "k1-secret-0123456789abcdef012345";
 const K2: &str = "k2-secret-fedcba9876543210fedcba";
@@ -185,9 +184,7 @@ fn curl_fetch(base: String, extra_args: Vec<String>) -> impl Fn(&str, &[&str]) -
 }
 
 fn metric(s: &Server, result: &str) -> u64 {
-    let body = String::from_utf8(get(&s.admin_url("/metrics"), &[]).body).unwrap();
-    let line = format!("linerate_signed_url_total{{result=\"{result}\"}} ");
-    body.lines().find_map(|l| l.strip_prefix(&line)).unwrap_or_else(|| panic!("no {line} in:\n{body}")).parse().unwrap()
+    s.metric(&format!("linerate_signed_url_total{{result=\"{result}\"}}")) as u64
 }
 
 #[test]

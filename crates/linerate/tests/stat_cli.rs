@@ -1,15 +1,15 @@
 //! `linerate stat` against a known load: its Gb/s agrees with the load generator's,
 //! its server columns with the admin endpoint, and its table repeats the header.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn gbps_agrees_with_the_load_generator() {
+    // stat counts every byte on lo: another test's traffic would be wrk's.
+    let _alone = alone();
     let c = Content::new();
     for i in 0..4 {
         c.write_random(&format!("f{i}.bin"), 8 << 20, i);
@@ -22,7 +22,9 @@ fn gbps_agrees_with_the_load_generator() {
         "local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(\"GET\", \"/f\" .. (n % 4) .. \".bin\")\nend\n",
     )
     .unwrap();
-    // wrk for 7 s; stat samples 5 whole seconds inside that window.
+    // wrk for 7 s; stat samples 5 whole seconds inside that window, from one
+    // second in. wrk's load flows within milliseconds: this pause is not a wait
+    // for it but where stat's window sits in wrk's run, away from both its ends.
     let wrk = tool("wrk")
         .args(["-t1", "-c4", "-d7s", "-s", script.to_str().unwrap(), &s.url("/")])
         .stdout(Stdio::piped())

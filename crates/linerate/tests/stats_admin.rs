@@ -3,15 +3,14 @@
 //! /healthz and /load (also as a bare agent check), draining, and TCP settings
 //! inherited by accepted connections.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 /// Scrapes /metrics and parses it with the prometheus-parse crate.
 fn scrape(s: &Server) -> prometheus_parse::Scrape {
@@ -312,6 +311,7 @@ fn admin_keeps_connections_alive() {
     let (status, head, body) = answer(&mut conn, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((status, body.as_str()), (200, "ok\n"));
     assert!(head.contains("Connection: keep-alive"), "{head}");
+    // The silence is the test: the connection must outlive it.
     std::thread::sleep(Duration::from_millis(600));
     let (status, _, body) = answer(&mut conn, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status, 200);

@@ -3,14 +3,13 @@
 //! client, openssl s_client for ALPN and resumption, certificate reload, start-up
 //! errors, and the same bytes through the plain and TLS paths.
 
-mod common;
-
 use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 struct Setup {
     ca: TestCa,
@@ -268,13 +267,32 @@ fn renegotiation_is_refused_with_an_alert() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // "R" on its own line asks s_client to renegotiate; keep stdin open meanwhile.
+    // Both streams as they come, to see the alert while s_client is still running.
+    let collect = |pipe: Box<dyn std::io::Read + Send>| {
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        (text, reader)
+    };
+    let (stdout, out_reader) = collect(Box::new(child.stdout.take().unwrap()));
+    let (stderr, err_reader) = collect(Box::new(child.stderr.take().unwrap()));
+    // "R" on its own line asks s_client to renegotiate; keep stdin open until the
+    // server's answer is in.
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"R\n").unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let said = || format!("{}{}", stdout.lock().unwrap(), stderr.lock().unwrap());
+    eventually(Duration::from_secs(10), || said().contains("no renegotiation"));
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    child.wait().unwrap();
+    out_reader.join().unwrap();
+    err_reader.join().unwrap();
+    let text = said();
     assert!(text.contains("RENEGOTIATING"), "{text}");
     assert!(text.contains("no renegotiation"), "{text}");
 }
@@ -354,7 +372,8 @@ fn certificate_reload_under_load() {
         .arg(s.tls_url("/big.bin"))
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let started = eventually(Duration::from_secs(10), || std::fs::metadata(&got).is_ok_and(|m| m.len() > 0));
+    assert!(started, "the download did not start");
     // Rotate: a new certificate and key written over the same files.
     let (new_cert, new_key) = ca.issue("next", &["localhost"], -1, 60);
     std::fs::copy(&new_cert, &cert).unwrap();
@@ -406,6 +425,25 @@ fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Established TCP connections from local `port` (the server's side) with bytes in
+/// their send queue, from /proc/net/tcp.
+fn with_unsent_bytes(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            // sl local_address rem_address st tx_queue:rx_queue ... (hexadecimal)
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            f.len() > 4
+                && f[1].rsplit(':').next().and_then(hex) == Some(u64::from(port))
+                && f[3] == "01"
+                && f[4].split(':').next().and_then(hex).is_some_and(|q| q > 0)
+        })
+        .count()
+}
+
 #[test]
 fn stalled_readers_pin_no_record_batches_and_still_get_every_byte() {
     // User-space TLS seals up to 16 records (256 KiB) per write. Viewers whose
@@ -432,7 +470,9 @@ fn stalled_readers_pin_no_record_batches_and_still_get_every_byte() {
         conns.push(tls);
         heads.push(got);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Every one of them stalled: the server holds bytes it cannot send on each.
+    let stalled = eventually(Duration::from_secs(10), || with_unsent_bytes(addr.port()) >= 100);
+    assert!(stalled, "{} of 100 connections stalled", with_unsent_bytes(addr.port()));
     let grown = rss_kib(s.server.pid()).saturating_sub(before);
     assert!(grown < 8 * 1024, "100 stalled TLS connections grew the server by {grown} KiB");
     // Some of them now read to the end: every byte arrives, in order.

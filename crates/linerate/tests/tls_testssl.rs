@@ -1,10 +1,9 @@
 //! testssl.sh against the HTTPS listener: protocols, cipher lists, each cipher per
 //! protocol, and the known vulnerabilities. Any "NOT ok" finding fails the test.
 
-mod common;
-
-use common::tls::TestCa;
-use common::*;
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::*;
 
 #[test]
 fn testssl_finds_nothing_wrong() {

@@ -3,11 +3,9 @@
 //! ioctl's real answer), unknown interfaces. Driving real coalescing needs a NIC
 //! with coalescing, which the qemu guest has (VM scenarios `dim` and `dim-traffic`).
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::{tool, BIN};
+use crate::common::{tool, BIN};
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

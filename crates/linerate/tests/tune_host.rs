@@ -2,13 +2,11 @@
 //! (never on the host's own settings): values change, the state file records the
 //! old ones, and a revert restores every file byte for byte.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::BIN;
+use crate::common::BIN;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tune").join(name)

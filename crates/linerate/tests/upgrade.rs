@@ -6,10 +6,7 @@
 //! process really is a different file. All processes of a test are in one process
 //! group, killed when the test ends; this test binary is their reaper
 //! (`PR_SET_CHILD_SUBREAPER`), so the old and new processes an upgrade leaves are
-//! collected here rather than by init.
-
-mod bench_support;
-mod common;
+//! collected here, by process group, rather than by init.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -21,9 +18,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bench_support::{bench, num};
-use common::tls::TestCa;
-use common::{eventually, get, Content, BIN};
+use crate::bench_support::{bench, num};
+use crate::common;
+use crate::common::tls::TestCa;
+use crate::common::{eventually, get, share, Content, Share, BIN};
 use linerate_sys::inherit::{self, Signal};
 
 /// The tests here count connection resets and share the reaper role: one at a time.
@@ -47,6 +45,8 @@ struct Fleet {
     admin: SocketAddr,
     stdout: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
+    /// Declared last, so given back once the processes are gone.
+    _share: Share,
 }
 
 impl Fleet {
@@ -67,6 +67,7 @@ impl Fleet {
 
     /// Writes the configuration and starts the server.
     fn start(body: &str, https: bool, env: &[(&str, &str)]) -> Fleet {
+        let share = share();
         inherit::become_child_subreaper().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("linerate");
@@ -119,6 +120,7 @@ impl Fleet {
             pids: vec![pid],
             stdout,
             stderr,
+            _share: share,
         }
     }
 
@@ -155,17 +157,36 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        let _ = inherit::signal_group(self.first.id(), Signal::Kill);
+        let group = self.first.id();
+        let _ = inherit::signal_group(group, Signal::Kill);
         let _ = self.first.wait();
         // Every process an upgrade started was adopted by this test process (a
-        // subreaper); the tests here run one at a time, so whatever has exited now
-        // is theirs to collect.
+        // subreaper). Only this fleet's are collected, by process group: a reap of
+        // any child would also take those of tests running beside this one (curl,
+        // their servers), whose own waits would then fail.
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.pids[1..].iter().any(|&p| inherit::is_running(p)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        while let Ok(Some(_)) = inherit::reap(None) {}
+        for pid in adopted_in_group(group) {
+            let _ = inherit::reap(Some(pid));
+        }
     }
+}
+
+/// This process's children (its own or adopted) in the process group `group`.
+fn adopted_in_group(group: u32) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // After the command name, in parentheses: state, parent, process group.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            let fields: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace().collect();
+            fields.get(1) == Some(&me.to_string().as_str()) && fields.get(2) == Some(&group.to_string().as_str())
+        })
+        .collect()
 }
 
 trait Text {
@@ -263,7 +284,8 @@ fn reloads_and_upgrades_under_load_lose_nothing() {
         bench(&args, Duration::from_secs(60))
     });
 
-    // t = 1.5 s, 3 s, ...: reloads, with an upgrade after every second one.
+    // t = 1.5 s, 3 s, ...: reloads, with an upgrade after every second one, spread
+    // over the load's 20 s (the schedule of the test, not a wait for anything).
     let mut upgrades = 0;
     for n in 1..=6u32 {
         std::thread::sleep(Duration::from_millis(1500));
@@ -282,7 +304,9 @@ fn reloads_and_upgrades_under_load_lose_nothing() {
             fleet.stderr()
         );
         if n % 2 == 0 {
-            std::thread::sleep(Duration::from_millis(500));
+            // The reload is done (every worker has it) before the upgrade begins.
+            let reloaded = || fleet.stderr().matches("configuration reloaded").count() == n as usize;
+            assert!(eventually(Duration::from_secs(10), reloaded), "reload {n} not reported:\n{}", fleet.stderr());
             let old = fleet.current_pid();
             let (ok, out) = fleet.upgrade_to(Path::new(BIN));
             assert!(ok, "upgrade {n}: {out}\n{}", fleet.stderr());

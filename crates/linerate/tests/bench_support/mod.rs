@@ -1,13 +1,12 @@
 //! Helpers for the `linerate bench` tests: run the bench with a time limit and read
 //! its JSON, and start nginx (plain or TLS with a certificate made for the test).
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{tool, Guarded, BIN};
+use crate::common::{share, tool, Guarded, BIN};
 
 /// What a bench run left behind.
 pub struct BenchRun {
@@ -26,6 +25,8 @@ impl BenchRun {
 
 /// Runs `linerate bench <args>`; fails the test if it is still running after `limit`.
 pub fn bench(args: &[&str], limit: Duration) -> BenchRun {
+    // Taken before the clock starts: it may wait for a test that runs alone.
+    let _share = share();
     let started = Instant::now();
     let mut child =
         Guarded::spawn(Command::new(BIN).arg("bench").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()));

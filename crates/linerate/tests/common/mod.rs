@@ -1,6 +1,5 @@
 //! Shared helpers for the integration tests: start the real binary on a free
 //! loopback port, talk to it with real clients (curl, raw sockets), and clean up.
-#![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -9,9 +8,12 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod alone;
 pub mod browser;
 pub mod cold;
 pub mod tls;
+
+pub use alone::{alone, share, Share};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_linerate");
 
@@ -36,6 +38,8 @@ pub struct Server {
     /// The admin endpoint, unless disabled.
     pub admin_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<String>>,
+    /// Declared last, so given back once the process is gone.
+    _share: Share,
 }
 
 impl Server {
@@ -74,13 +78,14 @@ impl Server {
 
     /// Starts `linerate serve <args>` exactly as given (nothing added but the pipes).
     pub fn spawn(mut cmd: Command) -> Server {
+        let share = share();
         let listens = cmd.get_args().filter(|a| *a == "--listen" || *a == "--tls-listen").count().max(1);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start linerate");
         let stderr = Arc::new(Mutex::new(String::new()));
         let err_pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
                 let mut s = sink.lock().unwrap();
                 s.push_str(&line);
@@ -96,7 +101,8 @@ impl Server {
             line.clear();
             if out.read_line(&mut line).unwrap_or(0) == 0 {
                 let status = child.wait().unwrap();
-                std::thread::sleep(Duration::from_millis(100));
+                // Its last words: the reader ends at the pipe's end.
+                eventually(Duration::from_secs(2), || err_reader.is_finished());
                 panic!("linerate exited ({status}) before listening:\n{}", stderr.lock().unwrap());
             }
             if let Some(a) = line.trim().strip_prefix("listening http://") {
@@ -117,7 +123,7 @@ impl Server {
             let mut sink = Vec::new();
             let _ = out.read_to_end(&mut sink);
         });
-        Server { child, addrs, tls_addrs, admin_addr, stderr }
+        Server { child, addrs, tls_addrs, admin_addr, stderr, _share: share }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -141,6 +147,27 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The value of the sample `series` (name and labels as /metrics writes them:
+    /// `linerate_errors_total{kind="disk"}`); fails the test when there is none.
+    pub fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics();
+        let line = text.lines().find(|l| l.strip_prefix(series).is_some_and(|r| r.starts_with(' ')));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    }
+
+    /// The sum of every sample of `name`, whatever its labels (0 when there is none).
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{' | b' ')))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn metrics(&self) -> String {
+        String::from_utf8_lossy(&curl(&["-sS", &self.admin_url("/metrics")]).stdout).into_owned()
     }
 
     pub fn stderr(&self) -> String {
@@ -188,13 +215,15 @@ impl Drop for Server {
 pub struct Guarded {
     child: Child,
     group: bool,
+    _share: Share,
 }
 
 impl Guarded {
     /// Starts `cmd`, killed when the guard is dropped.
     pub fn spawn(cmd: &mut Command) -> Guarded {
+        let share = share();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
-        Guarded { child, group: false }
+        Guarded { child, group: false, _share: share }
     }
 
     /// Starts `cmd` as the leader of a process group of its own, and kills the whole
@@ -205,8 +234,9 @@ impl Guarded {
     /// [`Guarded::spawn`].
     pub fn spawn_group(cmd: &mut Command) -> Guarded {
         std::os::unix::process::CommandExt::process_group(cmd, 0);
+        let share = share();
         let child = cmd.spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
-        Guarded { child, group: true }
+        Guarded { child, group: true, _share: share }
     }
 }
 
@@ -248,7 +278,8 @@ pub fn tool(name: &str) -> Command {
     let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().unwrap();
     assert!(
         found.status.success(),
-        "`{name}` is not installed; run the README's test command (scripts/test), which installs test dependencies"
+        "`{name}` is not installed; run the README's test command (scripts/test), which installs test dependencies \
+         (with --fast it skips the tests that need more than curl, openssl and python3: is this one missing from its list?)"
     );
     Command::new(name)
 }
@@ -268,6 +299,44 @@ pub fn slow_download(url: &str, rate: &str, out: &Path) -> Guarded {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
     )
+}
+
+/// A transfer in flight: a [`slow_download`] into a file of its own.
+pub struct Download {
+    pub curl: Guarded,
+    /// The file curl writes.
+    pub out: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a [`slow_download`] of `url` at `rate` and returns once more than `past`
+/// bytes of it have arrived.
+pub fn download_past(url: &str, rate: &str, past: u64) -> Download {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("got");
+    let curl = slow_download(url, rate, &out);
+    let arrived = eventually(Duration::from_secs(10), || std::fs::metadata(&out).is_ok_and(|m| m.len() > past));
+    assert!(arrived, "the download of {url} did not get past {past} bytes");
+    Download { curl, out, _dir: dir }
+}
+
+/// A keep-alive connection to `addr` that has sent `request` and been answered:
+/// returned once the whole answer (head and Content-Length bytes) is in, left
+/// unread for the test.
+pub fn answered_connection(addr: SocketAddr, request: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let answered = eventually(Duration::from_secs(10), || {
+        s.set_nonblocking(true).unwrap();
+        let n = s.peek(&mut buf).unwrap_or(0);
+        s.set_nonblocking(false).unwrap();
+        parse_response(&buf[..n]).is_some_and(|r| {
+            r.header("content-length").and_then(|l| l.parse().ok()).is_some_and(|len: usize| r.body.len() >= len)
+        })
+    });
+    assert!(answered, "no answer to {:?}", String::from_utf8_lossy(request));
+    s
 }
 
 /// The response status, header block and body of `curl -i`, for one request.
