@@ -59,9 +59,11 @@
 #
 # Counting, from the origin's own log (a request is logged when nginx has sent its
 # last byte; origin_settle first when transfers may still be running):
-#   origin_requests [SUBSTRING]   requests whose request line contains SUBSTRING
-#   origin_bytes [SUBSTRING]      their body bytes sent
-#   origin_connections [SUBSTRING] distinct origin connections they came on
+#   origin_requests [SUBSTRING [SINCE]]  requests whose request line contains
+#                                 SUBSTRING ("" for all), logged at or after SINCE
+#                                 (epoch seconds, as `date +%s.%N`) if given
+#   origin_bytes [SUBSTRING [SINCE]]      their body bytes sent
+#   origin_connections [SUBSTRING [SINCE]] distinct origin connections they came on
 #   origin_ranges PATH            the Range field of each request for PATH, in order
 #   origin_log_clear              empties the log
 #   origin_settle [SECONDS]       waits (default up to 10 s) until nginx has no
@@ -424,15 +426,12 @@ origin_liar() {
     esac
 }
 
-origin_requests() {
-    awk -F'\t' -v s="${1:-}" 's == "" || index($2, s) { n++ } END { print n + 0 }' "$ORIGIN_LOG"
+_origin_log() { # SUBSTRING SINCE: the log's lines that match
+    awk -F'\t' -v s="$1" -v t="${2:-0}" '(s == "" || index($2, s)) && $1 >= t' "$ORIGIN_LOG"
 }
-origin_bytes() {
-    awk -F'\t' -v s="${1:-}" 's == "" || index($2, s) { n += $4 } END { printf "%.0f\n", n }' "$ORIGIN_LOG"
-}
-origin_connections() {
-    awk -F'\t' -v s="${1:-}" '(s == "" || index($2, s)) && !seen[$7]++ { n++ } END { print n + 0 }' "$ORIGIN_LOG"
-}
+origin_requests() { _origin_log "${1:-}" "${2:-0}" | awk 'END { print NR }'; }
+origin_bytes() { _origin_log "${1:-}" "${2:-0}" | awk -F'\t' '{ n += $4 } END { printf "%.0f\n", n }'; }
+origin_connections() { _origin_log "${1:-}" "${2:-0}" | awk -F'\t' '!seen[$7]++ { n++ } END { print n + 0 }'; }
 origin_ranges() {
     awk -F'\t' -v p="$1" '{ split($2, r, " "); u = r[2]; sub(/\?.*/, "", u) } u == p { print $5 }' "$ORIGIN_LOG"
 }
