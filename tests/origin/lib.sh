@@ -391,8 +391,20 @@ origin_status() {
     esac
     origin_gen=$((origin_gen + 1))
     _origin_nginx_conf
+    # The workers of the old configuration stop accepting only when they get round to
+    # their shutdown: until they are gone, a new connection may still reach one.
+    local old i p alive
+    old=$(pgrep -P "$origin_nginx_pid" | tr '\n' ' ')
+    [ -n "$old" ] || { _origin_fail "no nginx worker under $origin_nginx_pid"; return 1; }
     kill -HUP "$origin_nginx_pid"
-    _origin_wait_gen
+    _origin_wait_gen || return 1
+    for i in $(seq 1 200); do
+        alive=0
+        for p in $old; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 1 ] || return 0
+        sleep 0.05
+    done
+    _origin_fail "nginx's old workers still run 10 s after the reload"
 }
 
 origin_etag() {
