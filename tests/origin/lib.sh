@@ -17,7 +17,8 @@
 # tab-separated line per request:
 #     msec  request-line  status  body-bytes-sent  Range-or-"-"  request-time  connection
 # A `tbf` qdisc on both ends of the veth caps each direction at ORIGIN_RATE (tc's
-# units, default 1gbit; 0 for none). The latency is Toxiproxy's, a real TCP proxy on
+# units, default 1gbit; 0 for none); ORIGIN_WORKERS sets nginx's workers (default 1,
+# which sends far more than 1 Gb/s). The latency is Toxiproxy's, a real TCP proxy on
 # the host between 127.0.0.1 and the origin adding ORIGIN_DELAY_MS (default 10) to
 # each direction, so a request on a fresh or kept-alive connection waits at least
 # 2 x ORIGIN_DELAY_MS for its first byte (this host's kernel has no `netem`).
