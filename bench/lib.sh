@@ -206,12 +206,13 @@ nginx_tls13_lines() {
         "ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256; ssl_conf_command Options KTLS;"
 }
 
-# write_nginx_conf DIR WORKERS NOFILE CONNECTIONS SERVERS: DIR/nginx.conf for a
+# write_nginx_conf DIR WORKERS NOFILE CONNECTIONS SERVERS [HTTP]: DIR/nginx.conf for a
 # benchmark nginx in the foreground: WORKERS workers that may open NOFILE files and
 # CONNECTIONS connections each, sendfile with nopush/nodelay, no access log, an open
-# file cache, temporary paths inside DIR, and the given `server { }` blocks.
+# file cache, temporary paths inside DIR, the given `server { }` blocks, and HTTP,
+# more directives of the `http { }` block (`proxy_cache_path`, an `upstream`).
 write_nginx_conf() {
-    local d=$1 workers=$2 nofile=$3 conns=$4 servers=$5
+    local d=$1 workers=$2 nofile=$3 conns=$4 servers=$5 http=${6:-}
     mkdir -p "$d"
     cat > "$d/nginx.conf" <<NGINX
 worker_processes $workers;
@@ -234,9 +235,32 @@ http {
     uwsgi_temp_path $d;
     scgi_temp_path $d;
     types { application/octet-stream bin; }
+$http
 $servers
 }
 NGINX
+}
+
+# evict_dir DIR...: every regular file under each DIR dropped from the page cache
+# after a sync (POSIX_FADV_DONTNEED, what `dd iflag=nocache count=0` does, from one
+# process: a cache directory can hold 100,000 files), as a server started after a
+# reboot would find them; prints the bytes fincore still finds resident (pages under
+# I/O or mapped cannot be dropped).
+evict_dir() {
+    sync
+    python3 - "$@" <<'PY'
+import os, sys
+for top in sys.argv[1:]:
+    for d, _, names in os.walk(top):
+        for n in names:
+            try:
+                fd = os.open(os.path.join(d, n), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue  # gone meanwhile, or not a regular file
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+PY
+    find "$@" -type f -exec fincore -nb -o RES {} + | awk '{ s += $1 } END { printf "%.0f\n", s }'
 }
 
 # wait_port PORT: up to 10 s for 127.0.0.1:PORT to accept connections.

@@ -1,0 +1,480 @@
+#!/usr/bin/env bash
+# Origin fill: linerate's pull-through cache (`[[origin]]`, docs/CACHE.md) against
+# nginx's best cache configuration, both in front of the same origin behind the same
+# emulated WAN (tests/origin/lib.sh: nginx in a network namespace, the rate capped by
+# tbf at --rate, Toxiproxy adding --delay-ms each way), with the same cache size,
+# slice size and worker count, alternating the servers (in the order given in odd
+# rounds, reversed in even ones). Each server has a cache directory of its own in the
+# scratch directory, emptied before each run (its pages leave the page cache with its
+# files). The catalogue stays in --dir across runs, warm in the origin's page cache:
+# the origin's disk is not under test. Origin bytes and requests come from the
+# origin's own access log, never from the server under test.
+#
+# Workloads (--workloads, each a table, one row per run and the medians per server):
+#   flash    --flash-sessions paced viewers (5 Mb/s, 2 MiB segments, 3 start-up
+#            segments) start one cold title within 2 s and watch it for
+#            --flash-duration s; the title (--flash-mib) is short enough that each
+#            viewer asks for all of it. Origin bytes / title bytes (1: each byte
+#            fetched once; the bench's HEAD before the run is counted too), origin
+#            requests (ideal: one per slice), play delay p50/p99, TTFB p99,
+#            rebuffers, errors, server CPU-s and CPU-s per GB served.
+#   tail     a Zipf(1) catalogue of 4 x --cache-mib in titles of --title-mib, played
+#            by --tail-sessions paced viewers (5 Mb/s, started --tail-ramp a second)
+#            for --duration s: byte hit ratio (1 - origin bytes / served bytes),
+#            origin bytes per served byte, Gb/s, rebuffers. The bench sizes each title
+#            with a HEAD before it plays, which on a cold cache fills the first slice
+#            of every title (nginx turns a HEAD into a GET of the slice): those origin
+#            bytes are reported apart ("discovery MB") and left out of the ratios,
+#            which count what the origin logged once viewers played.
+#   restart  the cache filled with --restart-slices objects of 4 KiB, each one slice,
+#            by 32 keep-alive clients; slices of 64 KiB (the least linerate takes)
+#            for both servers. Tiny objects on purpose: what a restart costs grows
+#            with the slices, not the bytes, and 100,000 of them are 400 MiB. The
+#            server is stopped, the cache's pages dropped from the page cache (as
+#            after a reboot), and it is started again while one client asks for the
+#            cached objects in a random order: seconds from the start to the first
+#            answer and to the first HIT (an answer during which the origin's log
+#            did not grow), the misses before it, and the hits among the next 200
+#            objects asked. nginx's cache loader walks the cache directory in the
+#            background after a start; linerate replays its index journal.
+#   hits     the first titles of the tail catalogue that fill half the cache, cached
+#            by one pass, then --hits-sessions closed-loop sessions (2 MiB ranges)
+#            for --duration s: Gb/s, server CPU-s per GB and the origin's requests
+#            during the run (0: all hits), then the same load on the same server
+#            serving the same files from its root (the SERVER-local row): "hits cost
+#            what local files cost", the hits' CPU-s per GB over the local one
+#            (target for linerate: at most 1.05).
+#
+# nginx (Debian 12's 1.22.1, built with the slice and thread modules), and why:
+#   proxy_cache_path DIR levels=1:2 keys_zone=origin:64m max_size=CACHE inactive=7d
+#       use_temp_path=off: two directory levels so no directory holds 100,000 files;
+#       64 MB of keys hold about 500,000 entries (the restart's 100,000 slices
+#       among them); max_size the same as linerate's max_size_bytes; inactive=7d so
+#       nothing leaves for idleness during a run (the default is 10 minutes);
+#       use_temp_path=off so a slice is written in the cache directory and renamed
+#       into place, not copied over from proxy_temp_path.
+#   slice S: ranges are fetched and cached as aligned slices of S (--slice-mib, the
+#       same as linerate's cache.slice_bytes); without it a range on a miss fetches
+#       the whole file from the origin.
+#   proxy_cache_key $uri$slice_range: each slice its own entry.
+#   proxy_set_header Range $slice_range: the origin is asked for that slice.
+#   proxy_cache_valid 200 206 1h: the origin sends no Cache-Control; 206 slices are
+#       kept for an hour, longer than any run.
+#   proxy_cache_lock on; proxy_cache_lock_timeout 30s; proxy_cache_lock_age 30s: one
+#       request per missing slice goes to the origin and everyone else waits for it
+#       to be cached (polling every 500 ms, hard-coded in nginx); with the defaults
+#       (5 s each) a slice slower than 5 s sends the whole herd to the origin, and
+#       those responses are not cached.
+#   upstream { keepalive 64 } with proxy_http_version 1.1 and an empty Connection
+#       header: kept-alive origin connections, no TCP handshake (one RTT) per slice.
+#   proxy_buffer_size 64k; proxy_buffers 32 64k: fewer, larger reads of the origin's
+#       bytes (the defaults are 8 buffers of one page).
+#   sendfile on; aio threads: hits are sent by sendfile from a thread pool, so a
+#       cache file that is not in memory does not stall the worker (nginx's best for a
+#       cold cache, measured in bench/cold.sh).
+#   worker_processes --workers, as many as linerate's workers.
+# linerate: `linerate serve --config FILE` with `[[origin]]` prefix = "/", urls = [the
+#   origin's URL], `[cache]` slice_bytes, one `[[cache.dirs]]` with path and
+#   max_size_bytes = the cache size, an empty root, and the per-client limits lifted
+#   (loopback_limits in bench/lib.sh). Before the first run the script checks that
+#   this binary takes that configuration (`--check-config`) and that a request for a
+#   title only the origin has is filled from it; it stops with a message otherwise
+#   (use --servers nginx until the pull-through cache is in the binary).
+#
+# Usage: bench/origin.sh [--quick] [--servers "linerate nginx"] [--workloads "flash tail
+#          restart hits"] [--rounds N] [--slice-mib 1|2|4|8] [--cache-mib M]
+#          [--title-mib M] [--duration S] [--flash-sessions N] [--flash-mib M]
+#          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--hits-sessions N]
+#          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
+#          [--out PATH] [--bin PATH]
+#   defaults: 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
+#             of them), 60 s runs, 500 flash viewers of a 16 MiB title for 30 s, 200
+#             tail viewers started 40 a second, 32 hits sessions, 100,000 restart
+#             slices, the origin at 1gbit (tc's units) and 10 ms each way, 2 workers,
+#             the catalogue in /var/tmp/linerate-origin, results in
+#             target/bench-origin.md and .json.
+#   --quick   one round, a 64 MiB cache (tail: 16 titles), 5 s runs, an 8 MiB flash
+#             title for 8 s (still 500 viewers), 40 tail viewers, 16 hits sessions,
+#             2,000 restart slices: a smoke run (about a minute per server) that
+#             fails on any error.
+#
+# Fails (exit 1) when a server does not start, a run serves nothing, a fill returns
+# wrong bytes, or a run reports errors that mean a broken server or set-up (connect,
+# status, protocol; under --quick, any error). Every process, the origin's namespace,
+# veth and qdiscs, and the scratch directory are removed on every exit path.
+#
+# Needs: root, nginx (Debian's), curl, python3, iproute2, util-linux (fincore), Go or
+# apt for Toxiproxy (built once into target/tools), cargo to build linerate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+. tests/origin/lib.sh
+
+servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
+rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
+flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
+restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0
+parse_flags 2,107 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
+        hits_sessions=16 restart_slices=2000" \
+    --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
+    --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
+    --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp \
+    --hits-sessions=hits_sessions --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
+    --workers=workers --dir=dir --out=out --bin=bin -- "$@"
+[ "$quick" -eq 1 ] && dir="$dir-quick"
+case "$slice_mib" in 1 | 2 | 4 | 8) ;; *) echo "--slice-mib: 1, 2, 4 or 8, not $slice_mib" >&2; exit 2 ;; esac
+for s in $servers; do
+    case "$s" in linerate | nginx) ;; *) echo "unknown server: $s (linerate, nginx)" >&2; exit 2 ;; esac
+done
+for w in $workloads; do
+    case "$w" in flash | tail | restart | hits) ;; *) echo "unknown workload: $w (flash tail restart hits)" >&2; exit 2 ;; esac
+done
+tail_titles=$((4 * cache_mib / title_mib))
+[ "$tail_titles" -ge 4 ] || { echo "--cache-mib must be at least --title-mib (the tail needs 4 titles)" >&2; exit 2; }
+hot_titles=$((cache_mib / 2 / title_mib))
+[ "$hot_titles" -ge 1 ] || hot_titles=1
+slice_bytes=$((slice_mib * 1024 * 1024))
+cache_bytes=$((cache_mib * 1024 * 1024))
+restart_slice_bytes=65536
+restart_object_bytes=4096
+# The restart's cache: its slices with room to spare, whatever either server counts
+# per slice, and never less than --cache-mib.
+restart_cache_bytes=$((restart_slices * restart_slice_bytes))
+[ "$restart_cache_bytes" -ge "$cache_bytes" ] || restart_cache_bytes=$cache_bytes
+has() { [[ " $1 " == *" $2 "* ]]; }
+
+require_tools nginx curl python3 fincore ip tc
+nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx is built without threads: no aio threads" >&2; exit 1; }
+nginx -V 2>&1 | grep -q -- --with-http_slice_module || { echo "nginx is built without the slice module" >&2; exit 1; }
+build_linerate # the bench client, and the server under test
+
+start_work
+# nginx's workers (nobody) reach their cache directory through the scratch directory.
+chmod 755 "$work"
+mkdir -p "$work/empty"
+
+# --- the catalogue, and the origin ------------------------------------------------------
+has "$workloads" flash && make_content "$dir" 1 "$flash_mib" flash
+if has "$workloads" tail || has "$workloads" hits; then make_content "$dir" "$tail_titles" "$title_mib" title; fi
+if has "$workloads" restart; then
+    objects_list=$(python3 tests/origin/probe.py objects "$dir" "$restart_slices" "$restart_object_bytes")
+    head -n "$restart_slices" "$objects_list" > "$work/objects"
+fi
+tail_files=$(seq -f "title%g.bin" -s , 1 "$tail_titles")
+hot_files=$(seq -f "title%g.bin" -s , 1 "$hot_titles")
+ORIGIN_RATE=$rate ORIGIN_DELAY_MS=$delay_ms origin_up "$dir"
+origin_authority=${ORIGIN_URL#http://}
+origin_authority=${origin_authority%/}
+
+# --- the servers ------------------------------------------------------------------------
+# start_cached SERVER SLICE_BYTES CACHE_BYTES [PORT [nowait]]: SERVER with the cache in
+# front of the origin on 127.0.0.1:PORT (default: a free port), its cache directory
+# $work/cache-SERVER; sets server_pid and base. Waits until it accepts, unless nowait.
+start_cached() {
+    local server=$1 slice=$2 cache=$3 port=${4:-} d
+    [ -n "$port" ] || port=$(free_port)
+    base=http://127.0.0.1:$port/
+    case "$server" in
+        nginx)
+            d=$work/nginx-cache
+            write_nginx_conf "$d" "$workers" 19000 12000 "    server {
+        listen 127.0.0.1:$port reuseport;
+        location / {
+            slice $slice;
+            proxy_cache origin;
+            proxy_cache_key \$uri\$slice_range;
+            proxy_set_header Range \$slice_range;
+            proxy_cache_valid 200 206 1h;
+            proxy_cache_lock on;
+            proxy_cache_lock_timeout 30s;
+            proxy_cache_lock_age 30s;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffer_size 64k;
+            proxy_buffers 32 64k;
+            aio threads;
+            add_header X-Cache \$upstream_cache_status;
+            proxy_pass http://origin;
+        }
+    }" "    proxy_cache_path $work/cache-nginx levels=1:2 keys_zone=origin:64m max_size=$cache inactive=7d use_temp_path=off;
+    upstream origin { server $origin_authority; keepalive 64; }"
+            "${server_wrap[@]}" nginx -e "$d/error.log" -c "$d/nginx.conf" -p "$d" > "$d/stdout" 2>&1 &
+            server_pid=$! ;;
+        linerate)
+            linerate_conf "$slice" "$cache" > "$work/linerate-cache.toml"
+            mkdir -p "$work/cache-linerate"
+            local limits
+            mapfile -t limits < <(loopback_limits)
+            "${server_wrap[@]}" "$bin" serve --config "$work/linerate-cache.toml" --workers "$workers" --log-level warn \
+                --admin 127.0.0.1:0 "${limits[@]}" --listen "127.0.0.1:$port" > "$work/linerate.out" 2> "$work/linerate.err" &
+            server_pid=$! ;;
+    esac
+    pids+=("$server_pid")
+    [ "${5:-}" = nowait ] && return 0
+    wait_port "$port" && kill -0 "$server_pid" 2>/dev/null && return 0
+    echo "$server did not start:" >&2
+    tail -5 "$work/nginx-cache/error.log" "$work/linerate.err" 2>/dev/null >&2
+    return 1
+}
+
+# linerate_conf SLICE_BYTES CACHE_BYTES: linerate's configuration (config/origin.rs).
+linerate_conf() {
+    cat <<EOF
+root = "$work/empty"
+
+[[origin]]
+prefix = "/"
+urls = ["$ORIGIN_URL"]
+
+[cache]
+slice_bytes = $1
+
+[[cache.dirs]]
+path = "$work/cache-linerate"
+max_size_bytes = $2
+EOF
+}
+
+# reset_cache SERVER: its cache directory emptied (the server is stopped).
+reset_cache() { rm -rf "$work/cache-$1"; }
+
+# linerate_ready: this linerate takes the configuration, and fills from the origin.
+linerate_ready() {
+    local code
+    linerate_conf "$slice_bytes" "$cache_bytes" > "$work/linerate-check.toml"
+    if ! "$bin" serve --config "$work/linerate-check.toml" --check-config > "$work/check-config.out" 2>&1; then
+        echo "$bin does not take the pull-through cache's configuration ([[origin]], [cache]):" >&2
+        tail -3 "$work/check-config.out" >&2
+        echo "use a linerate with the cache (issue 28), or --servers nginx" >&2
+        return 1
+    fi
+    reset_cache linerate
+    start_cached linerate "$slice_bytes" "$cache_bytes" || return 1
+    origin_log_clear
+    # A path only the origin has: the first one of the catalogue this run made.
+    local path=/flash1.bin
+    has "$workloads" flash || path=/title1.bin
+    has "$workloads" flash || has "$workloads" tail || has "$workloads" hits || path=$(head -1 "$work/objects")
+    code=$(curl -s --noproxy '*' -o /dev/null -w '%{http_code}' -r 0-0 "${base%/}$path" || true)
+    origin_settle
+    stop_server
+    reset_cache linerate
+    if [ "$code" != 206 ] || [ "$(origin_requests)" = 0 ]; then
+        echo "$bin takes [[origin]] but did not fill from the origin (answer $code, $(origin_requests) origin requests):" \
+            "its pull-through cache is not in this build; use --servers nginx" >&2
+        return 1
+    fi
+}
+
+# bench_checks JSON: prints the errors by kind; fails on the ones that mean a broken
+# server or set-up (any error under --quick) or a run that served nothing.
+bench_checks() {
+    python3 - "$1" "$quick" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+kinds = {k: v for k, v in j["errors"].items() if v}
+if kinds:
+    print("           errors by kind: %s; first: %s" % (", ".join("%s %d" % kv for kv in kinds.items()), j["first_error"]))
+bad = [k for k in kinds if sys.argv[2] == "1" or k in ("connect", "status", "protocol", "verify")]
+if bad:
+    print("           FAIL: errors that should not happen: %s" % ", ".join(bad))
+if j["bytes"] <= 0:
+    print("           FAIL: the run served nothing")
+sys.exit(1 if bad or j["bytes"] <= 0 else 0)
+PY
+}
+
+# run_bench JSON ARGS...: `linerate bench` against $base, server CPU ticks in `ticks`.
+run_bench() {
+    local json=$1 c0
+    shift
+    c0=$(tree_ticks "$server_pid")
+    "$bin" bench --base-url "$base" --segment-bytes 2097152 --json "$@" > "$json" ||
+        { echo "linerate bench failed" >&2; return 1; }
+    ticks=$(( $(tree_ticks "$server_pid") - c0 ))
+    bench_checks "$json" || failed=1
+}
+
+clk=$(getconf CLK_TCK)
+failed=0
+
+# --- the workloads: each appends one row to $work/res-WORKLOAD ----------------------------
+run_flash() { # SERVER
+    local s=$1 title_bytes=$((flash_mib * 1024 * 1024))
+    reset_cache "$s"
+    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    origin_log_clear
+    run_bench "$work/flash.json" --files flash1.bin --sessions "$flash_sessions" --ramp $(( (flash_sessions + 1) / 2 )) \
+        --duration "$flash_duration" --bitrate-mbps 5 --startup-segments 3 --zipf 0 || exit 1
+    origin_settle
+    stop_server
+    python3 - "$work/flash.json" "$s" "$(origin_bytes)" "$(origin_requests)" "$title_bytes" "$ticks" "$clk" \
+        >> "$work/res-flash" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s, ob, oreq, tb, ticks, clk = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+cpu = ticks / clk
+print(s, "%.3f" % (ob / tb), oreq, "%.0f" % j["play_delay_ms"]["p50"], "%.0f" % j["play_delay_ms"]["p99"],
+      "%.1f" % j["ttfb_ms"]["p99"], j["rebuffers"], j["errors_total"], "%.2f" % cpu,
+      "%.3f" % (cpu / max(j["bytes"] / 1e9, 1e-9)), "%.0f" % (j["bytes"] / 1e6))
+PY
+    tail -1 "$work/res-flash" | awk '{ printf "  flash   %-8s origin/title %s  origin requests %s  play delay p50 %s ms p99 %s ms  TTFB p99 %s ms  rebuffers %s  errors %s  CPU %s s (%s s/GB)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
+}
+
+run_tail() { # SERVER
+    local s=$1
+    reset_cache "$s"
+    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    origin_log_clear
+    # When the sessions start, after the bench's HEADs (see the header).
+    local port=${base##*:}
+    python3 tests/origin/probe.py play-start "${port%/}" --timeout $((duration + 600)) > "$work/play-start" &
+    local watcher=$!
+    pids+=("$watcher")
+    run_bench "$work/tail.json" --files "$tail_files" --sessions "$tail_sessions" --ramp "$tail_ramp" \
+        --duration "$duration" --bitrate-mbps 5 --startup-segments 3 --zipf 1 || exit 1
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+    origin_settle
+    stop_server
+    local t_play
+    t_play=$(cat "$work/play-start")
+    [ -n "$t_play" ] || { echo "the tail's sessions never connected" >&2; exit 1; }
+    python3 - "$work/tail.json" "$s" "$(origin_bytes "" "$t_play")" "$(origin_bytes)" "$ticks" "$clk" \
+        >> "$work/res-tail" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s, played, total, ticks, clk = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+served = j["bytes"]
+per = played / served if served else 0
+print(s, "%.3f" % (1 - per), "%.3f" % per, "%.3f" % j["gbps"], j["rebuffers"], "%.5f" % j["rebuffer_ratio"],
+      j["errors_total"], "%.0f" % (served / 1e6), "%.0f" % (played / 1e6), "%.0f" % ((total - played) / 1e6),
+      "%.3f" % ((ticks / clk) / max(served / 1e9, 1e-9)))
+PY
+    tail -1 "$work/res-tail" | awk '{ printf "  tail    %-8s byte hit ratio %s  origin/served %s  %s Gb/s  rebuffers %s (ratio %s)  errors %s  served %s MB  origin %s MB (+%s MB discovery)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
+}
+
+run_restart() { # SERVER
+    local s=$1 fill t0 t1 stop_s left port
+    reset_cache "$s"
+    start_cached "$s" "$restart_slice_bytes" "$restart_cache_bytes" || exit 1
+    origin_log_clear
+    fill=$(python3 tests/origin/probe.py fill "$base" "$work/objects" --clients 32 --root "$dir") ||
+        { echo "the restart's fill through $s failed" >&2; exit 1; }
+    origin_settle
+    [ "$(origin_requests /o/)" = "$restart_slices" ] ||
+        echo "  note: $(origin_requests /o/) origin requests filled $restart_slices objects"
+    t0=$(date +%s.%N)
+    stop_server
+    t1=$(date +%s.%N)
+    stop_s=$(python3 -c "print('%.2f' % ($t1 - $t0))")
+    left=$(evict_dir "$work/cache-$s")
+    origin_log_clear
+    port=$(free_port)
+    rm -rf "$work/probe"
+    mkdir "$work/probe"
+    python3 tests/origin/probe.py first-hit "http://127.0.0.1:$port/" "$work/objects" "$ORIGIN_LOG" "$work/probe" \
+        --deadline $((quick ? 30 : 180)) --sample 200 > "$work/restart.json" &
+    local probe=$!
+    pids+=("$probe")
+    for _ in $(seq 1 200); do [ -e "$work/probe/ready" ] && break; sleep 0.05; done
+    date +%s.%N > "$work/probe/t0"
+    start_cached "$s" "$restart_slice_bytes" "$restart_cache_bytes" "$port" nowait
+    wait "$probe" || { echo "the restart's probe failed" >&2; exit 1; }
+    kill -0 "$server_pid" 2>/dev/null || { echo "$s exited after its restart" >&2; tail -5 "$work/linerate.err" >&2; exit 1; }
+    origin_settle
+    stop_server
+    python3 - "$work/restart.json" "$s" "$restart_slices" "$fill" "$stop_s" "$left" >> "$work/res-restart" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+s, n, fill, stop_s, left = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+fill_s = dict(kv.split("=") for kv in fill.split())["seconds"]
+never = lambda v: -1 if v is None else v
+print(s, n, "%.1f" % float(fill_s), stop_s, "%.3f" % never(j["first_response_s"]), "%.3f" % never(j["first_hit_s"]),
+      j["misses_before_hit"], "%.3f" % (j["sample_hits"] / max(j["sample"], 1)), "%.2f" % j["sample_s"], "%.1f" % (left / 1e6))
+PY
+    tail -1 "$work/res-restart" | awk '{ printf "  restart %-8s %s slices filled in %s s, stopped in %s s; first answer %s s, first HIT %s s after the start (%s misses before), sample hit share %s in %s s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+    [ "$(awk '{ print $6 }' <<< "$(tail -1 "$work/res-restart")")" != -1.000 ] ||
+        { echo "           FAIL: no HIT after the restart"; failed=1; }
+}
+
+run_hits() { # SERVER
+    local s=$1 hit_ticks
+    reset_cache "$s"
+    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    tr , '\n' <<< "$hot_files" | sed 's|^|/|' > "$work/hot"
+    python3 tests/origin/probe.py fill "$base" "$work/hot" --clients 4 --root "$dir" > /dev/null ||
+        { echo "the hits' fill through $s failed" >&2; exit 1; }
+    origin_settle
+    # The cached slices warm in the page cache, as the local files are (make_content).
+    find "$work/cache-$s" -type f -exec cat {} + > /dev/null
+    origin_log_clear
+    run_bench "$work/hits.json" --files "$hot_files" --sessions "$hits_sessions" --max-rate --duration "$duration" \
+        --zipf 0 || exit 1
+    hit_ticks=$ticks
+    origin_settle
+    stop_server
+    local oreq
+    oreq=$(origin_requests)
+    make_content "$dir" "$hot_titles" "$title_mib" title
+    if [ "$s" = nginx ]; then start_nginx http "aio threads;" || exit 1; else start_linerate http || exit 1; fi
+    run_bench "$work/hits-local.json" --files "$hot_files" --sessions "$hits_sessions" --max-rate --duration "$duration" \
+        --zipf 0 || exit 1
+    stop_server
+    python3 - "$work/hits.json" "$work/hits-local.json" "$s" "$hit_ticks" "$ticks" "$clk" "$oreq" >> "$work/res-hits" <<'PY'
+import json, sys
+h, l = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+s, ht, lt, clk, oreq = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+per_gb = lambda j, t: (t / clk) / max(j["bytes"] / 1e9, 1e-9)
+hc, lc = per_gb(h, ht), per_gb(l, lt)
+print(s, "%.3f" % h["gbps"], "%.4f" % hc, "%.3f" % (hc / lc if lc else 0), oreq, h["errors_total"])
+print(s + "-local", "%.3f" % l["gbps"], "%.4f" % lc, "1.000", 0, l["errors_total"])
+PY
+    tail -2 "$work/res-hits" | awk '{ printf "  hits    %-14s %s Gb/s  %s server CPU-s/GB (x%s of local)  origin requests %s  errors %s\n", $1, $2, $3, $4, $5, $6 }'
+}
+
+# --- runs ------------------------------------------------------------------------------
+if has "$servers" linerate; then linerate_ready || exit 1; fi
+
+{
+    echo "Origin fill: servers $servers; workloads $workloads; $rounds round(s)"
+    echo "origin: $rate, ${delay_ms} ms each way (Toxiproxy $ORIGIN_TOXIPROXY_VERSION, tbf); cache $cache_mib MiB, slices $slice_mib MiB; $workers server workers"
+    echo "flash: $flash_sessions viewers of one $flash_mib MiB title for ${flash_duration} s; tail: $tail_sessions viewers, $tail_titles titles of $title_mib MiB (Zipf 1) for ${duration} s; restart: $restart_slices slices of 4 KiB objects (64 KiB slices); hits: $hits_sessions closed-loop sessions over $hot_titles titles for ${duration} s"
+    echo "host: $(nproc) CPUs, $(uname -r), $(nginx -v 2>&1 | sed 's/.*: //'), $("$bin" --version 2>/dev/null || echo linerate)"
+} | tee "$work/setup"
+for round in $(seq 1 "$rounds"); do
+    order=$servers
+    [ $((round % 2)) = 1 ] || order=$(tr ' ' '\n' <<< "$servers" | tac | tr '\n' ' ')
+    for w in $workloads; do
+        for s in $order; do "run_$w" "$s"; done
+    done
+done
+
+mkdir -p "$(dirname "$out")"
+declare -A head=(
+    [flash]="server|origin bytes / title bytes|origin requests|play delay p50 ms|play delay p99 ms|TTFB p99 ms|rebuffers|errors|server CPU-s|server CPU-s/GB|served MB"
+    [tail]="server|byte hit ratio|origin bytes / served byte|Gb/s|rebuffers|rebuffer ratio|errors|served MB|origin MB|discovery origin MB|server CPU-s/GB"
+    [restart]="server|slices|fill s|stop s|first answer s|first HIT s|misses before HIT|sample hit share|sample s|resident MB after eviction"
+    [hits]="server|Gb/s|server CPU-s/GB|CPU-s/GB / local|origin requests|errors"
+)
+{
+    cat "$work/setup"
+    for w in $workloads; do
+        echo
+        echo "### $w"
+        print_results "$work/res-$w" "$rounds" 1 "${head[$w]}" "$work/res-$w.json"
+    done
+} > "$out.md"
+python3 - "$out.json" "$work/setup" $workloads <<PY
+import json, sys
+out, setup, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+doc = {"setup": open(setup).read().splitlines()}
+for w in names:
+    doc[w] = json.load(open("$work/res-%s.json" % w))
+json.dump(doc, open(out, "w"), indent=2)
+open(out, "a").write("\n")
+PY
+tail -n +5 "$out.md"
+echo
+echo "written: $out.md $out.json"
+[ "$failed" = 0 ] || { echo "some runs failed (see above)" >&2; exit 1; }

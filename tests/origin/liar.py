@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""A lying origin: serves a catalogue over HTTP/1.1 the way nginx does (single byte
+ranges, ETag and Last-Modified computed as nginx computes them), except that it can
+break the protocol in the ways nginx never will, to test what a cache does with an
+origin that does.
+
+Modes (the first path segment selects one for that request, `/short/title1.bin`;
+otherwise the mode written in --mode-file applies, `honest` when it is empty or
+missing):
+
+  honest  the truth.
+  short   Content-Length says 4096 bytes more than the body sent; the connection
+          is then closed (a body cut by a crash or a proxy).
+  long    Content-Length says 4096 bytes fewer than the body sent (half the body
+          when it is smaller); the whole body follows it on the connection, which
+          is then closed (bytes past the framing).
+  range   a 206 whose Content-Range names the asked length at an offset 4096
+          bytes further than asked (the body is the asked range): a cache that
+          trusts Content-Range stores bytes under the wrong offset. Requests
+          without Range are answered honestly.
+  head    a 100 KiB response head (one header field of 102,400 bytes of value):
+          more than any sane head limit.
+
+Each response is logged in the rig's access log format, one line per request, tab
+separated: msec, request line, status, body bytes sent, Range (or -), request time
+in seconds, connection (`L` and a number). Standard library only.
+"""
+
+import argparse
+import email.utils
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODES = ("honest", "short", "long", "range", "head")
+SHIFT = 4096
+HEAD_PAD = 100 * 1024
+
+args = None
+log_lock = threading.Lock()
+conn_ids = iter(range(1, 1 << 62))
+conn_lock = threading.Lock()
+
+
+def log(line):
+    with log_lock, open(args.log, "a") as f:
+        f.write(line + "\n")
+
+
+def current_mode():
+    try:
+        with open(args.mode_file) as f:
+            m = f.read().strip()
+    except OSError:
+        return "honest"
+    return m if m in MODES else "honest"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "liar"
+
+    def setup(self):
+        super().setup()
+        with conn_lock:
+            self.conn_id = "L%d" % next(conn_ids)
+
+    def log_message(self, *a):  # the access log is ours; no stderr line per request
+        pass
+
+    def finish_log(self, status, sent, t0):
+        rng = self.headers.get("Range") or "-"
+        log("%.3f\t%s\t%d\t%d\t%s\t%.3f\t%s" % (time.time(), self.requestline, status, sent, rng,
+                                               time.time() - t0, self.conn_id))
+
+    def do_HEAD(self):
+        self.serve(head_only=True)
+
+    def do_GET(self):
+        self.serve(head_only=False)
+
+    def send(self, data):
+        try:
+            self.wfile.write(data)
+            return len(data)
+        except OSError:
+            self.close_connection = True
+            return 0
+
+    def serve(self, head_only):
+        t0 = time.time()
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        parts = path.lstrip("/").split("/", 1)
+        mode = current_mode()
+        if parts[0] in MODES and len(parts) == 2:
+            mode, path = parts[0], "/" + parts[1]
+        rel = os.path.normpath(path.lstrip("/"))
+        full = os.path.join(args.root, rel)
+        if rel.startswith("..") or not os.path.isfile(full):
+            body = b"not found\n"
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.finish_log(404, self.send(b"" if head_only else body), t0)
+            return
+        st = os.stat(full)
+        size = st.st_size
+        first, last, status = 0, size - 1, 200
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", (self.headers.get("Range") or "").strip())
+        if m and (m.group(1) or m.group(2)) and size > 0:
+            if m.group(1):
+                first = int(m.group(1))
+                last = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
+            else:
+                first, last = max(0, size - int(m.group(2))), size - 1
+            if first > last or first >= size:
+                self.send_response(416)
+                self.send_header("Content-Range", "bytes */%d" % size)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                self.finish_log(416, 0, t0)
+                return
+            status = 206
+        n = last - first + 1
+        declared = n
+        if mode == "short":
+            declared = n + SHIFT
+        elif mode == "long":
+            declared = n - SHIFT if n > 2 * SHIFT else n // 2
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        self.send_header("ETag", '"%x-%x"' % (int(st.st_mtime), size))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            a, b = (first + SHIFT, last + SHIFT) if mode == "range" else (first, last)
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, size))
+        self.send_header("Content-Length", str(declared))
+        if mode == "head":
+            self.send_header("X-Oversized", "a" * HEAD_PAD)
+        if mode in ("short", "long"):
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        sent = 0
+        if not head_only:
+            with open(full, "rb") as f:
+                f.seek(first)
+                left = n
+                while left > 0:
+                    chunk = f.read(min(left, 256 * 1024))
+                    if not chunk:
+                        break
+                    k = self.send(chunk)
+                    sent += k
+                    if k < len(chunk):
+                        break
+                    left -= len(chunk)
+        self.finish_log(status, sent, t0)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+def main():
+    global args
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", required=True)
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--log", required=True)
+    p.add_argument("--mode-file", required=True)
+    args = p.parse_args()
+    srv = Server(("0.0.0.0", args.port), Handler)
+    print("listening %d" % srv.server_address[1], flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
