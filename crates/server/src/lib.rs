@@ -10,6 +10,7 @@ mod counters;
 pub mod demo;
 pub mod procfs;
 pub mod server;
+mod store;
 pub mod sysfs;
 pub mod tls;
 pub mod topology;
