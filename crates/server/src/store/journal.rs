@@ -61,6 +61,15 @@ pub(super) struct SliceFile {
 }
 
 impl Record {
+    pub(super) fn seq(&self) -> u64 {
+        match self {
+            Record::Object { seq, .. }
+            | Record::Slice { seq, .. }
+            | Record::DropSlice { seq, .. }
+            | Record::DropObject { seq, .. } => *seq,
+        }
+    }
+
     /// Appends the record as one line, checksum and newline included.
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
@@ -256,6 +265,11 @@ impl Journal {
         }
         Ok(())
     }
+
+    /// Forgets the open file: the next append opens `path` again.
+    pub(super) fn reopen(&mut self) {
+        self.file = None;
+    }
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -441,6 +455,11 @@ mod tests {
         let replay = read(&path).unwrap().unwrap();
         assert_eq!(replay.records, rs[..3]);
         assert!(!replay.torn_tail);
+        // A journal removed is made anew.
+        std::fs::remove_file(&path).unwrap();
+        j.reopen();
+        j.append(&last, false).unwrap();
+        assert_eq!(read(&path).unwrap().unwrap().records, rs[2..3]);
         std::fs::write(&path, b"something else\n").unwrap();
         assert_eq!(read(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
     }

@@ -1,0 +1,317 @@
+//! The store on real files in temporary directories, crashes simulated by
+//! editing what a crash would leave.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::journal::{self, hex, Record};
+use super::*;
+use crate::config::{Cache as CacheConfig, CacheDir};
+
+const SLICE: u64 = 4096;
+
+fn config(dirs: &[&Path], max_size_bytes: u64) -> CacheConfig {
+    CacheConfig {
+        slice_bytes: SLICE,
+        dirs: dirs.iter().map(|p| CacheDir { path: p.to_path_buf(), max_size_bytes, min_free_bytes: 0 }).collect(),
+        fsync: false,
+    }
+}
+
+fn open(config: &CacheConfig) -> Arc<Store> {
+    Store::open(config, Box::new(HashMap::new)).unwrap()
+}
+
+fn meta(key: &str, size: u64, etag: &str) -> ObjectMeta {
+    ObjectMeta {
+        key: key.as_bytes().to_vec(),
+        status: 200,
+        size,
+        etag: Some(etag.as_bytes().to_vec()),
+        last_modified: None,
+        content_type: Some(b"video/mp4".to_vec()),
+        stored_at: 1_700_000_000,
+        fresh_until: 1_700_000_600,
+        stale_while_revalidate_until: 1_700_000_600,
+        stale_if_error_until: 1_700_000_600,
+    }
+}
+
+/// The bytes of slice `index` of an object: a pattern that differs by object
+/// and by slice, so a slice served from the wrong place shows.
+fn bytes_of(key: &KeyHash, index: u64, len: u64) -> Vec<u8> {
+    (0..len).map(|i| key[(i % 16) as usize] ^ (index as u8).wrapping_add(i as u8)).collect()
+}
+
+/// Puts an object of `size` bytes and fills all its slices.
+fn store_object(store: &Store, name: &str, size: u64, etag: &str) -> KeyHash {
+    let key = key_hash(name.as_bytes());
+    store.put_object(&key, meta(name, size, etag)).unwrap();
+    for index in 0..size.div_ceil(SLICE) {
+        fill(store, &key, index, expected_len(size, SLICE, index));
+    }
+    key
+}
+
+fn fill(store: &Store, key: &KeyHash, index: u64, len: u64) -> SliceRef {
+    let w = store.begin_slice(key, index, len).unwrap();
+    let bytes = bytes_of(key, index, len);
+    // In two writes, the second first: offsets are honoured.
+    let half = bytes.len() / 2;
+    w.write_at(&bytes[half..], half as u64).unwrap();
+    w.write_at(&bytes[..half], 0).unwrap();
+    assert_eq!(w.written(), len);
+    store.commit_slice(w).unwrap()
+}
+
+/// Reads a slice as a hit would: through its path, checked against its identity.
+fn read_slice(store: &Store, key: &KeyHash, index: u64) -> Option<Vec<u8>> {
+    let r = store.slice(key, index)?;
+    let mut f = std::fs::File::open(&r.path).unwrap();
+    let m = f.metadata().unwrap();
+    assert_eq!((m.dev(), m.ino(), m.len()), (r.dev, r.ino, r.len));
+    let mut v = Vec::new();
+    f.read_to_end(&mut v).unwrap();
+    Some(v)
+}
+
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn objects_and_slices_survive_a_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let size = 3 * SLICE + 100;
+    let key;
+    {
+        let store = open(&cfg);
+        assert_eq!(store.slice_bytes(), SLICE);
+        key = store_object(&store, "/vod/a.mp4", size, "e1");
+        let negative = key_hash(b"/vod/missing");
+        store
+            .put_object(&negative, ObjectMeta { status: 404, size: 0, etag: None, ..meta("/vod/missing", 0, "") })
+            .unwrap();
+        assert!(matches!(store.begin_slice(&negative, 0, SLICE), Err(StoreError::Length { expected: 0, .. })));
+        let stats = store.stats();
+        assert_eq!((stats.objects, stats.slices, stats.bytes), (2, 4, size));
+        assert_eq!(stats.dirs[0].bytes, size);
+        assert!(stats.dirs[0].writable);
+    }
+    let store = open(&cfg);
+    let m = store.object(&key).unwrap();
+    assert_eq!(*m, meta("/vod/a.mp4", size, "e1"));
+    for index in 0..4 {
+        let len = expected_len(size, SLICE, index);
+        assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, len), "slice {index}");
+    }
+    assert!(store.slice(&key, 4).is_none());
+    assert_eq!(store.object(&key_hash(b"/vod/missing")).unwrap().status, 404);
+    assert_eq!(store.stats().bytes, size);
+    // The index lives in the journal, not in a walk of the files.
+    let lines = journal::read(&tmp.path().join("index.journal")).unwrap().unwrap();
+    assert_eq!(lines.records.len(), 6);
+}
+
+#[test]
+fn a_slice_is_invisible_until_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&config(&[tmp.path()], 1 << 30));
+    let key = key_hash(b"k");
+    assert!(matches!(store.begin_slice(&key, 0, SLICE), Err(StoreError::NoObject)));
+    store.put_object(&key, meta("k", 2 * SLICE, "e")).unwrap();
+    let w = store.begin_slice(&key, 1, SLICE).unwrap();
+    w.write_at(&[7; 100], 0).unwrap();
+    assert_eq!(w.written(), 100);
+    // A reader may send from the file being written, up to `written`.
+    let mut head = [0; 100];
+    std::os::unix::fs::FileExt::read_exact_at(&**w.file(), &mut head, 0).unwrap();
+    assert_eq!(head, [7; 100]);
+    assert!(store.slice(&key, 1).is_none());
+    assert!(files_under(&tmp.path().join("slices")).is_empty());
+    w.write_at(&[8; SLICE as usize - 100], 100).unwrap();
+    assert!(store.slice(&key, 1).is_none(), "complete but not committed");
+    let r = store.commit_slice(w).unwrap();
+    assert_eq!(store.slice(&key, 1), Some(r));
+    // Aborted or dropped writers leave nothing behind.
+    let w = store.begin_slice(&key, 0, SLICE).unwrap();
+    w.write_at(&[1; 10], 0).unwrap();
+    store.abort_slice(w);
+    drop(store.begin_slice(&key, 0, SLICE).unwrap());
+    assert!(files_under(&tmp.path().join("tmp")).is_empty());
+    assert!(store.slice(&key, 0).is_none());
+}
+
+#[test]
+fn a_wrong_length_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&config(&[tmp.path()], 1 << 30));
+    let key = key_hash(b"k");
+    store.put_object(&key, meta("k", SLICE + 10, "e")).unwrap();
+    // Slice 1 is the last one: 10 bytes.
+    assert!(matches!(store.begin_slice(&key, 1, SLICE), Err(StoreError::Length { expected: 10, got: SLICE })));
+    assert!(matches!(store.begin_slice(&key, 2, 10), Err(StoreError::Length { expected: 0, got: 10 })));
+    let w = store.begin_slice(&key, 1, 10).unwrap();
+    assert!(matches!(w.write_at(&[0; 11], 0), Err(StoreError::Length { expected: 10, got: 11 })));
+    w.write_at(&[0; 9], 0).unwrap();
+    assert!(matches!(store.commit_slice(w), Err(StoreError::Length { expected: 10, got: 9 })));
+    assert!(store.slice(&key, 1).is_none());
+    assert!(files_under(tmp.path()).iter().all(|p| p.ends_with("index.journal")), "the short slice is discarded");
+}
+
+#[test]
+fn new_validators_drop_the_old_slices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let store = open(&cfg);
+    let key = store_object(&store, "k", 2 * SLICE, "v1");
+    // A refresh with the same validators keeps them, with the new freshness.
+    let mut refreshed = meta("k", 2 * SLICE, "v1");
+    refreshed.fresh_until += 600;
+    store.put_object(&key, refreshed.clone()).unwrap();
+    assert_eq!(*store.object(&key).unwrap(), refreshed);
+    assert!(store.slice(&key, 0).is_some() && store.slice(&key, 1).is_some());
+    // A slice of v1 still being written when v2 arrives is discarded at commit.
+    let late = store.begin_slice(&key, 0, SLICE).unwrap();
+    late.write_at(&[0; SLICE as usize], 0).unwrap();
+    store.put_object(&key, meta("k", 2 * SLICE, "v2")).unwrap();
+    assert!(store.slice(&key, 0).is_none() && store.slice(&key, 1).is_none());
+    assert!(matches!(store.commit_slice(late), Err(StoreError::NoObject)));
+    assert!(files_under(&tmp.path().join("slices")).is_empty(), "v1's files are removed");
+    assert_eq!(store.stats().slices, 0);
+    // So does another size, or another last-modified.
+    fill(&store, &key, 0, SLICE);
+    store.put_object(&key, meta("k", 3 * SLICE, "v2")).unwrap();
+    assert!(store.slice(&key, 0).is_none());
+    fill(&store, &key, 0, SLICE);
+    store.put_object(&key, ObjectMeta { last_modified: Some(b"x".to_vec()), ..meta("k", 3 * SLICE, "v2") }).unwrap();
+    assert!(store.slice(&key, 0).is_none());
+    fill(&store, &key, 2, SLICE);
+    drop(store);
+    // After a restart, only the newest version's slices are there.
+    let store = open(&cfg);
+    assert!(store.slice(&key, 0).is_none());
+    assert_eq!(read_slice(&store, &key, 2).unwrap(), bytes_of(&key, 2, SLICE));
+    assert_eq!(store.stats().slices, 1);
+}
+
+#[test]
+fn dropped_objects_and_forgotten_slices_stay_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let store = open(&cfg);
+    let a = store_object(&store, "a", 2 * SLICE, "e");
+    let b = store_object(&store, "b", 2 * SLICE, "e");
+    store.drop_object(&a);
+    store.forget_slice(&b, 1);
+    assert!(store.object(&a).is_none() && store.slice(&a, 0).is_none());
+    assert!(store.slice(&b, 1).is_none() && store.slice(&b, 0).is_some());
+    assert_eq!(files_under(&tmp.path().join("slices")).len(), 1);
+    drop(store);
+    let store = open(&cfg);
+    assert!(store.object(&a).is_none());
+    assert!(store.slice(&b, 1).is_none() && store.slice(&b, 0).is_some());
+    let stats = store.stats();
+    assert_eq!((stats.objects, stats.slices, stats.bytes), (1, 1, SLICE));
+}
+
+/// A record whose file a crash (or an operator) removed, cut short or replaced is
+/// dropped at its first lookup: never served.
+#[test]
+fn a_record_whose_file_changed_is_never_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let key;
+    let paths: Vec<_>;
+    {
+        let store = open(&cfg);
+        key = store_object(&store, "k", 5 * SLICE, "e");
+        paths = (0..5).map(|i| store.slice(&key, i).unwrap().path).collect();
+    }
+    std::fs::remove_file(&paths[0]).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&paths[1]).unwrap().set_len(100).unwrap();
+    // Same size and bytes, another inode (a copy renamed over it).
+    let copy = tmp.path().join("copy");
+    std::fs::copy(&paths[2], &copy).unwrap();
+    std::fs::rename(&copy, &paths[2]).unwrap();
+    // Same inode and size, rewritten in place: only the mtime shows it.
+    let f = std::fs::OpenOptions::new().write(true).open(&paths[3]).unwrap();
+    let old = f.metadata().unwrap().modified().unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"!", 0).unwrap();
+    f.set_modified(old + std::time::Duration::from_millis(1)).unwrap();
+    drop(f);
+    let store = open(&cfg);
+    for i in 0..4 {
+        assert!(store.slice(&key, i).is_none(), "slice {i}");
+    }
+    assert_eq!(read_slice(&store, &key, 4).unwrap(), bytes_of(&key, 4, SLICE));
+    assert_eq!(store.stats().slices, 1);
+    // The damaged files went with their records, and the drops were journaled.
+    assert!(!paths[1].exists() && !paths[2].exists() && !paths[3].exists());
+    drop(store);
+    let store = open(&cfg);
+    assert_eq!(store.stats().slices, 1);
+    // The object itself is intact: its slices can be filled again.
+    fill(&store, &key, 0, SLICE);
+    assert_eq!(read_slice(&store, &key, 0).unwrap(), bytes_of(&key, 0, SLICE));
+}
+
+#[test]
+fn a_journal_of_another_format_stops_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("index.journal"), b"not a journal\n").unwrap();
+    assert!(matches!(
+        Store::open(&config(&[tmp.path()], 1 << 30), Box::new(HashMap::new)),
+        Err(StoreError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData
+    ));
+}
+
+#[test]
+fn replay_applies_records_in_sequence_order_across_directories() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let key = key_hash(b"k");
+    let m = |etag: &str| Arc::new(meta("k", SLICE, etag));
+    let file = journal::SliceFile { len: SLICE, dev: 1, ino: 2, mtime_ns: 3 };
+    // The object moved from a to b (version 5 to 7); a still holds version 5
+    // and a slice of it, written after b's records in the files but older.
+    let write = |dir: &Path, records: &[Record]| {
+        let mut w = journal::Rewrite::create(dir.join("j.tmp")).unwrap();
+        for r in records {
+            w.push(r).unwrap();
+        }
+        w.finish(&dir.join("index.journal")).unwrap();
+    };
+    write(b.path(), &[Record::Object { seq: 7, key, gen: 7, meta: m("new") }]);
+    write(
+        a.path(),
+        &[
+            Record::Object { seq: 5, key, gen: 5, meta: m("old") },
+            Record::Slice { seq: 6, key, gen: 5, index: 0, file },
+        ],
+    );
+    let store = open(&config(&[a.path(), b.path()], 1 << 30));
+    assert_eq!(store.object(&key).unwrap().etag.as_deref(), Some(&b"new"[..]));
+    let stats = store.stats();
+    assert_eq!((stats.dirs[0].objects, stats.dirs[1].objects, stats.slices), (0, 1, 0));
+    // New records continue the sequence.
+    let other = key_hash(b"other");
+    store.put_object(&other, meta("other", SLICE, "e")).unwrap();
+    let seqs = |dir: &Path| -> Vec<u64> {
+        journal::read(&dir.join("index.journal")).unwrap().unwrap().records.iter().map(Record::seq).collect()
+    };
+    assert!(seqs(a.path()).into_iter().chain(seqs(b.path())).filter(|&s| s > 7).count() == 1);
+    assert_eq!(hex(&key).len(), 32);
+}
