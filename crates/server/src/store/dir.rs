@@ -14,6 +14,9 @@ use crate::config::CacheDir;
 pub(super) struct Dir {
     pub path: PathBuf,
     pub journal: Mutex<Journal>,
+    /// Whether its journal was read at open. The sweep leaves a directory whose
+    /// journal could not be read alone: every file there would look unknown.
+    pub replayed: bool,
     /// What the index holds in it, changed under the shard locks.
     pub objects: AtomicI64,
     pub slices: AtomicI64,
@@ -39,10 +42,11 @@ pub(super) fn unwritable_kind(e: &io::Error) -> bool {
 }
 
 impl Dir {
-    pub(super) fn new(config: &CacheDir, journal: Journal) -> Dir {
+    pub(super) fn new(config: &CacheDir, journal: Journal, replayed: bool) -> Dir {
         Dir {
             path: config.path.clone(),
             journal: Mutex::new(journal),
+            replayed,
             objects: AtomicI64::new(0),
             slices: AtomicI64::new(0),
             bytes: AtomicI64::new(0),

@@ -67,14 +67,16 @@
 
 mod dir;
 mod journal;
+mod sweep;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lc_rs::digest::{digest, SHA256};
@@ -191,6 +193,8 @@ pub struct DirStats {
 /// The slice store (see the module doc).
 pub struct Store {
     shared: Arc<Shared>,
+    /// The sweep (and the evictor), joined when the store is dropped.
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// What the store, its writers and its threads share.
@@ -207,6 +211,11 @@ struct Shared {
     /// Names this run's temporary files apart from those a crash left.
     run: String,
     tmp_files: AtomicU64,
+    /// Set when the store is dropped: the threads end.
+    stop: Mutex<bool>,
+    wake: Condvar,
+    /// The sweep has run.
+    swept: AtomicBool,
 }
 
 #[derive(Default)]
@@ -299,7 +308,7 @@ impl Store {
                 Err(e) => {
                     tracing::error!(dir = %c.path.display(), "cache journal unreadable, directory left empty: {e}");
                     failures.push((i, e));
-                    dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, 0, false)));
+                    dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, 0, false), false));
                     continue;
                 }
             };
@@ -322,7 +331,7 @@ impl Store {
                     (0, false)
                 }
             };
-            dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, lines, torn)));
+            dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, lines, torn), true));
         }
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
         let next_seq = replay(&mut shards, &dirs, records);
@@ -336,6 +345,9 @@ impl Store {
             retry: UNWRITABLE_RETRY,
             run,
             tmp_files: AtomicU64::new(0),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            swept: AtomicBool::new(false),
         };
         for (i, e) in failures {
             let _ = shared.dirs[i].failed(e, shared.now_ms(), shared.retry);
@@ -343,7 +355,13 @@ impl Store {
         for d in &shared.dirs {
             d.free_bytes.store(linerate_sys::free_bytes(&d.path).unwrap_or(u64::MAX), Ordering::Relaxed);
         }
-        Ok(Arc::new(Store { shared: Arc::new(shared) }))
+        let shared = Arc::new(shared);
+        let sweeper = shared.clone();
+        let sweep = std::thread::Builder::new().name("linerate-store-sweep".into()).spawn(move || {
+            sweep::sweep(&sweeper);
+            sweeper.swept.store(true, Ordering::Release);
+        })?;
+        Ok(Arc::new(Store { shared, threads: vec![sweep] }))
     }
 
     pub fn slice_bytes(&self) -> u64 {
@@ -641,7 +659,21 @@ impl Shard {
     }
 }
 
+impl Drop for Store {
+    fn drop(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Shared {
+    fn stopping(&self) -> bool {
+        *lock(&self.stop)
+    }
+
     fn shard(&self, key: &KeyHash) -> MutexGuard<'_, Shard> {
         lock(&self.shards[shard_of(key)])
     }

@@ -315,3 +315,103 @@ fn replay_applies_records_in_sequence_order_across_directories() {
     assert!(seqs(a.path()).into_iter().chain(seqs(b.path())).filter(|&s| s > 7).count() == 1);
     assert_eq!(hex(&key).len(), 32);
 }
+
+/// Waits for the background sweep, with a deadline.
+fn wait_for_sweep(store: &Store) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !store.shared.swept.load(std::sync::atomic::Ordering::Acquire) {
+        assert!(std::time::Instant::now() < deadline, "the sweep did not finish");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// What a `kill -9` can leave at each step of a fill: a tmp file mid-write
+/// (before the rename), a slice renamed into place whose record was never
+/// written or cut short (between the rename and the record), files of a version
+/// replaced before they were removed, and records whose files went. None of it
+/// is served after a restart, and the sweep removes the files.
+#[test]
+fn reopen_after_a_crash_at_any_step_serves_only_whole_slices() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let size = 6 * SLICE;
+    let key = key_hash(b"k");
+    let (old_version, gen);
+    {
+        let store = open(&cfg);
+        wait_for_sweep(&store);
+        // Version 1's slice 0; version 2 replaces it, and "crashes" before its
+        // file is removed: put it back.
+        let v1 = store_object(&store, "k", SLICE, "v1");
+        let v1_path = store.slice(&v1, 0).unwrap().path;
+        let v1_bytes = std::fs::read(&v1_path).unwrap();
+        store.put_object(&key, meta("k", size, "v2")).unwrap();
+        std::fs::write(&v1_path, v1_bytes).unwrap();
+        old_version = v1_path;
+        for index in 0..5 {
+            fill(&store, &key, index, SLICE);
+        }
+        let r = store.slice(&key, 0).unwrap();
+        gen = r.path.file_name().unwrap().to_str().unwrap().split('.').nth(1).unwrap().parse::<u64>().unwrap();
+        // Before the rename: a tmp file of this (soon dead) run, half written.
+        let w = store.begin_slice(&key, 5, SLICE).unwrap();
+        w.write_at(&[1; 100], 0).unwrap();
+        std::mem::forget(w);
+        // Slice 0's file goes while the server is down.
+        std::fs::remove_file(&r.path).unwrap();
+    }
+    // Between the rename and the record: slice 4's record is cut mid-line.
+    let journal = tmp.path().join("index.journal");
+    let bytes = std::fs::read(&journal).unwrap();
+    let last_line = bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    assert!(bytes[last_line..].starts_with(b"S "), "the last record is slice 4's");
+    std::fs::write(&journal, &bytes[..last_line + 20]).unwrap();
+    // A tmp file of an earlier crash, and a file nobody named.
+    std::fs::write(tmp.path().join("tmp/1-2.3"), b"partial").unwrap();
+    std::fs::write(tmp.path().join("slices/README"), b"not a slice").unwrap();
+    let slice4 = tmp.path().join("slices").join(&hex(&key)[..2]).join(format!("{}.{gen}.4", hex(&key)));
+    assert!(slice4.exists());
+
+    let store = open(&cfg);
+    assert!(store.slice(&key, 0).is_none(), "its file is gone");
+    for index in 1..4 {
+        assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, SLICE), "slice {index}");
+    }
+    assert!(store.slice(&key, 4).is_none(), "its record was lost");
+    assert!(store.slice(&key, 5).is_none(), "never committed");
+    wait_for_sweep(&store);
+    assert!(!slice4.exists() && !old_version.exists(), "orphans are removed");
+    assert!(files_under(&tmp.path().join("tmp")).is_empty(), "tmp leftovers are removed");
+    assert!(tmp.path().join("slices/README").exists(), "what is not a slice is left alone");
+    let stats = store.stats();
+    assert_eq!((stats.objects, stats.slices, stats.bytes), (1, 3, 3 * SLICE));
+    assert_eq!(files_under(&tmp.path().join("slices")).len(), 4);
+    // Appends after the torn line start on a line of their own.
+    fill(&store, &key, 4, SLICE);
+    drop(store);
+    let store = open(&cfg);
+    assert_eq!(read_slice(&store, &key, 4).unwrap(), bytes_of(&key, 4, SLICE));
+    assert_eq!(store.stats().slices, 4);
+}
+
+/// The sweep runs while fills go on: a file at a slice's place whose writer has
+/// not finished its commit is not an orphan.
+#[test]
+fn the_sweep_spares_slices_being_committed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&config(&[tmp.path()], 1 << 30));
+    wait_for_sweep(&store);
+    let key = store_object(&store, "k", 2 * SLICE, "e");
+    let w = store.begin_slice(&key, 1, SLICE).unwrap();
+    // As if between its rename and its index entry.
+    let slice0 = store.slice(&key, 0).unwrap().path;
+    let name = slice0.file_name().unwrap().to_str().unwrap();
+    let path = slice0.with_file_name(format!("{}.1", name.strip_suffix(".0").unwrap()));
+    store.forget_slice(&key, 1);
+    std::fs::write(&path, vec![0; SLICE as usize]).unwrap();
+    assert_eq!(sweep::sweep(&store.shared), sweep::Swept::default());
+    assert!(path.exists() && store.slice(&key, 0).is_some());
+    drop(w);
+    assert_eq!(sweep::sweep(&store.shared), sweep::Swept { orphans: 1, tmp_files: 0 });
+    assert!(!path.exists() && store.slice(&key, 0).is_some());
+}
