@@ -238,6 +238,9 @@ impl Journal {
             self.file = Some(match open_append(&self.path) {
                 // A directory that was not writable at open, or emptied since.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if let Some(tmp_dir) = self.tmp.parent() {
+                        std::fs::create_dir_all(tmp_dir)?;
+                    }
                     let _ = std::fs::remove_file(&self.tmp);
                     Rewrite::create(self.tmp.clone())?.finish(&self.path)?;
                     self.lines = 0;

@@ -190,6 +190,18 @@ pub struct DirStats {
     pub unwritable_errors: u64,
 }
 
+/// What tests change; `open` takes the defaults.
+struct Options {
+    /// How long a directory that failed a write is left alone.
+    retry: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { retry: UNWRITABLE_RETRY }
+    }
+}
+
 /// The slice store (see the module doc).
 pub struct Store {
     shared: Arc<Shared>,
@@ -279,6 +291,10 @@ impl Store {
     /// starts the evictor and the sweep. `popularity` gives demand per byte by
     /// file (dev, ino).
     pub fn open(config: &CacheConfig, popularity: Popularity) -> Result<Arc<Store>, StoreError> {
+        Store::open_with(config, popularity, Options::default())
+    }
+
+    fn open_with(config: &CacheConfig, popularity: Popularity, options: Options) -> Result<Arc<Store>, StoreError> {
         let _ = popularity;
         if config.dirs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the slice store needs a directory").into());
@@ -342,7 +358,7 @@ impl Store {
             shards: shards.into_iter().map(Mutex::new).collect(),
             seq: AtomicU64::new(next_seq),
             epoch,
-            retry: UNWRITABLE_RETRY,
+            retry: options.retry,
             run,
             tmp_files: AtomicU64::new(0),
             stop: Mutex::new(false),
@@ -375,14 +391,16 @@ impl Store {
 
     /// Records new or refreshed metadata. When an object of that key exists with
     /// other validators (etag, last_modified), size, status or full key, all its
-    /// slices are dropped first. The index keeps the metadata even when its
+    /// slices are dropped first. A refresh is kept in the index even when its
     /// record cannot be written (`Unwritable`): the slices stay servable, and a
     /// restart brings back the previous metadata, older but consistent with them.
+    /// A new version is not stored while no directory takes writes.
     pub fn put_object(&self, key: &KeyHash, meta: ObjectMeta) -> Result<(), StoreError> {
         let s = &*self.shared;
         let now = s.now_ms();
         let mut stale = Vec::new();
         let mut records = Vec::with_capacity(2);
+        let mut refused = None;
         {
             let mut shard = s.shard(key);
             match shard.objects.get_mut(key) {
@@ -395,19 +413,25 @@ impl Store {
                 }
                 _ => {
                     let dir = s.choose_dir(key, now);
+                    let writable = s.dirs[dir].writable(now);
                     if let Some(old) = shard.objects.remove(key) {
                         stale = s.unindex(key, &old);
-                        if old.dir != dir {
+                        if old.dir != dir || !writable {
                             // Before the new version's record, in replay order.
                             records.push((old.dir, Record::DropObject { seq: s.next_seq(), key: *key }));
                         }
                     }
-                    let gen = s.next_seq();
-                    let meta = Arc::new(meta);
-                    s.dirs[dir].account(1, 0, 0);
-                    let e = Entry { meta: meta.clone(), gen, seq: gen, dir, slices: HashMap::new() };
-                    shard.objects.insert(*key, e);
-                    records.push((dir, Record::Object { seq: gen, key: *key, gen, meta }));
+                    if writable {
+                        let gen = s.next_seq();
+                        let meta = Arc::new(meta);
+                        s.dirs[dir].account(1, 0, 0);
+                        let e = Entry { meta: meta.clone(), gen, seq: gen, dir, slices: HashMap::new() };
+                        shard.objects.insert(*key, e);
+                        records.push((dir, Record::Object { seq: gen, key: *key, gen, meta }));
+                    } else {
+                        // No directory takes writes: the object is not stored.
+                        refused = Some(s.dirs[dir].refusal());
+                    }
                 }
             }
         }
@@ -416,7 +440,7 @@ impl Store {
         for (dir, r) in &records {
             result = s.append(*dir, r);
         }
-        result
+        refused.map_or(result, Err)
     }
 
     /// Drops an object and its slices (the origin replaced it, or it was damaged).
@@ -727,11 +751,15 @@ impl Shared {
         let _ = self.append(dir, &Record::DropSlice { seq: self.next_seq(), key: *key, gen, index });
     }
 
-    /// Appends a record to directory `dir`'s journal.
+    /// Appends a record to directory `dir`'s journal, unless it is marked
+    /// unwritable. A record not written is safe to lose (see [`journal`]).
     fn append(&self, dir: usize, record: &Record) -> Result<(), StoreError> {
+        let d = &self.dirs[dir];
+        if !d.writable(self.now_ms()) {
+            return Err(d.refusal());
+        }
         let mut line = Vec::with_capacity(192);
         record.encode(&mut line);
-        let d = &self.dirs[dir];
         let result = lock(&d.journal).append(&line, self.fsync);
         result.map_err(|e| d.failed(e, self.now_ms(), self.retry))
     }
