@@ -13,6 +13,8 @@ use crate::config::CacheDir;
 
 pub(super) struct Dir {
     pub path: PathBuf,
+    pub max_size_bytes: u64,
+    pub min_free_bytes: u64,
     pub journal: Mutex<Journal>,
     /// Whether its journal was read at open. The sweep leaves a directory whose
     /// journal could not be read alone: every file there would look unknown.
@@ -45,6 +47,8 @@ impl Dir {
     pub(super) fn new(config: &CacheDir, journal: Journal, replayed: bool) -> Dir {
         Dir {
             path: config.path.clone(),
+            max_size_bytes: config.max_size_bytes,
+            min_free_bytes: config.min_free_bytes,
             journal: Mutex::new(journal),
             replayed,
             objects: AtomicI64::new(0),

@@ -66,6 +66,7 @@
 #![cfg_attr(not(test), allow(dead_code))]
 
 mod dir;
+mod evict;
 mod journal;
 mod sweep;
 
@@ -190,15 +191,28 @@ pub struct DirStats {
     pub unwritable_errors: u64,
 }
 
+/// How often the evictor looks at each directory.
+pub const EVICT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Free bytes of the file system holding a path.
+type FreeBytes = Box<dyn Fn(&Path) -> io::Result<u64> + Send + Sync>;
+
 /// What tests change; `open` takes the defaults.
 struct Options {
     /// How long a directory that failed a write is left alone.
     retry: Duration,
+    /// How often the evictor runs; `None`: no evictor thread (tests run passes).
+    evict_every: Option<Duration>,
+    free_bytes: FreeBytes,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { retry: UNWRITABLE_RETRY }
+        Options {
+            retry: UNWRITABLE_RETRY,
+            evict_every: Some(EVICT_INTERVAL),
+            free_bytes: Box::new(linerate_sys::free_bytes),
+        }
     }
 }
 
@@ -223,6 +237,8 @@ struct Shared {
     /// Names this run's temporary files apart from those a crash left.
     run: String,
     tmp_files: AtomicU64,
+    popularity: Popularity,
+    free_bytes: FreeBytes,
     /// Set when the store is dropped: the threads end.
     stop: Mutex<bool>,
     wake: Condvar,
@@ -253,6 +269,8 @@ struct Entry {
 struct Slice {
     seq: u64,
     file: SliceFile,
+    /// Last use (`note_use`), Unix milliseconds; its file's mtime until then.
+    used_ms: i64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -295,7 +313,6 @@ impl Store {
     }
 
     fn open_with(config: &CacheConfig, popularity: Popularity, options: Options) -> Result<Arc<Store>, StoreError> {
-        let _ = popularity;
         if config.dirs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the slice store needs a directory").into());
         }
@@ -361,6 +378,8 @@ impl Store {
             retry: options.retry,
             run,
             tmp_files: AtomicU64::new(0),
+            popularity,
+            free_bytes: options.free_bytes,
             stop: Mutex::new(false),
             wake: Condvar::new(),
             swept: AtomicBool::new(false),
@@ -369,15 +388,33 @@ impl Store {
             let _ = shared.dirs[i].failed(e, shared.now_ms(), shared.retry);
         }
         for d in &shared.dirs {
-            d.free_bytes.store(linerate_sys::free_bytes(&d.path).unwrap_or(u64::MAX), Ordering::Relaxed);
+            d.free_bytes.store((shared.free_bytes)(&d.path).unwrap_or(u64::MAX), Ordering::Relaxed);
         }
         let shared = Arc::new(shared);
         let sweeper = shared.clone();
-        let sweep = std::thread::Builder::new().name("linerate-store-sweep".into()).spawn(move || {
+        let mut threads = vec![std::thread::Builder::new().name("linerate-store-sweep".into()).spawn(move || {
             sweep::sweep(&sweeper);
             sweeper.swept.store(true, Ordering::Release);
-        })?;
-        Ok(Arc::new(Store { shared, threads: vec![sweep] }))
+        })?];
+        if let Some(every) = options.evict_every {
+            let evictor = shared.clone();
+            let thread = std::thread::Builder::new().name("linerate-store-evict".into()).spawn(move || {
+                while evictor.sleep(every) {
+                    for dir in 0..evictor.dirs.len() {
+                        evict::pass(&evictor, dir);
+                    }
+                }
+            });
+            match thread {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // Stop the sweep before giving up.
+                    drop(Store { shared, threads });
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Arc::new(Store { shared, threads }))
     }
 
     pub fn slice_bytes(&self) -> u64 {
@@ -568,7 +605,7 @@ impl Store {
                 return Err(StoreError::NoObject);
             };
             let seq = s.next_seq();
-            let old = e.slices.insert(index, Slice { seq, file });
+            let old = e.slices.insert(index, Slice { seq, file, used_ms: unix_ms() });
             let old_len = old.map_or(0, |o| o.file.len as i64);
             d.account(0, old.is_none() as i64, file.len as i64 - old_len);
             seq
@@ -588,6 +625,15 @@ impl Store {
         let s = &*self.shared;
         let Some(gen) = s.shard(key).objects.get(key).map(|e| e.gen) else { return };
         s.drop_slice(key, gen, index, None, true);
+    }
+
+    /// Notes a hit on a slice: among slices of equal demand, the least recently
+    /// used are evicted first.
+    pub fn note_use(&self, key: &KeyHash, index: u64) {
+        let mut shard = self.shared.shard(key);
+        if let Some(slice) = shard.objects.get_mut(key).and_then(|e| e.slices.get_mut(&index)) {
+            slice.used_ms = unix_ms();
+        }
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -639,7 +685,7 @@ fn replay(shards: &mut [Shard], dirs: &[Dir], mut records: Vec<(usize, Record)>)
             }
             Record::Slice { seq, key, gen, index, file } => {
                 if let Some(e) = shards[shard_of(&key)].objects.get_mut(&key).filter(|e| e.gen == gen && e.dir == dir) {
-                    e.slices.insert(index, Slice { seq, file });
+                    e.slices.insert(index, Slice { seq, file, used_ms: file.mtime_ns / 1_000_000 });
                 }
             }
             Record::DropSlice { key, gen, index, .. } => {
@@ -698,6 +744,13 @@ impl Shared {
         *lock(&self.stop)
     }
 
+    /// Waits `d`, or until the store is dropped; says whether to go on.
+    fn sleep(&self, d: Duration) -> bool {
+        let stop = lock(&self.stop);
+        let (stop, _) = self.wake.wait_timeout_while(stop, d, |stop| !*stop).unwrap_or_else(|p| p.into_inner());
+        !*stop
+    }
+
     fn shard(&self, key: &KeyHash) -> MutexGuard<'_, Shard> {
         lock(&self.shards[shard_of(key)])
     }
@@ -730,25 +783,28 @@ impl Shared {
 
     /// Drops slice `index` of version `gen` from the index (only if its record is
     /// still `seq`, when given) and, when `remove`, its file, unless a writer is
-    /// about to put a new file at that path.
-    fn drop_slice(&self, key: &KeyHash, gen: u64, index: u64, seq: Option<u64>, remove: bool) {
-        let dir = {
+    /// about to put a new file at that path. Returns the bytes dropped.
+    fn drop_slice(&self, key: &KeyHash, gen: u64, index: u64, seq: Option<u64>, remove: bool) -> Option<u64> {
+        let (dir, len) = {
             let mut shard = self.shard(key);
             let writing = shard.writing.contains_key(&(*key, index));
-            let Some(e) = shard.objects.get_mut(key).filter(|e| e.gen == gen) else { return };
+            let e = shard.objects.get_mut(key).filter(|e| e.gen == gen)?;
             if seq.is_some_and(|seq| e.slices.get(&index).is_some_and(|s| s.seq != seq)) {
-                return;
+                return None;
             }
             let d = &self.dirs[e.dir];
-            if let Some(old) = e.slices.remove(&index) {
+            let old = e.slices.remove(&index);
+            if let Some(old) = old {
                 d.account(0, -1, -(old.file.len as i64));
             }
+            // Under the lock: a commit to this path waits for it.
             if remove && !writing {
                 let _ = std::fs::remove_file(d.slice_path(key, gen, index));
             }
-            e.dir
+            (e.dir, old.map(|o| o.file.len))
         };
         let _ = self.append(dir, &Record::DropSlice { seq: self.next_seq(), key: *key, gen, index });
+        len
     }
 
     /// Appends a record to directory `dir`'s journal, unless it is marked

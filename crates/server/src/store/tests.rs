@@ -490,7 +490,7 @@ fn a_read_only_directory_is_passed_over() {
         return;
     };
     let retry = std::time::Duration::from_millis(300);
-    let store = Store::open_with(&cfg, Box::new(HashMap::new), Options { retry }).unwrap();
+    let store = Store::open_with(&cfg, Box::new(HashMap::new), Options { retry, ..Options::default() }).unwrap();
     assert!(store.stats().dirs[0].writable, "not known yet");
     match store.begin_slice(&x, 1, SLICE) {
         Err(StoreError::Unwritable { dir, source }) => {
@@ -529,7 +529,7 @@ fn a_read_only_directory_is_passed_over() {
     // Read-only from the start, with no journal yet.
     let mut ro = ReadOnly::mount(c.path()).unwrap();
     let cfg = config(&[c.path()], 1 << 30);
-    let store = Store::open_with(&cfg, Box::new(HashMap::new), Options { retry }).unwrap();
+    let store = Store::open_with(&cfg, Box::new(HashMap::new), Options { retry, ..Options::default() }).unwrap();
     assert!(!store.stats().dirs[0].writable);
     let z = key_hash(b"z");
     assert!(matches!(store.put_object(&z, meta("z", SLICE, "e")), Err(StoreError::Unwritable { .. })));
@@ -540,4 +540,111 @@ fn a_read_only_directory_is_passed_over() {
     drop(store);
     let store = open(&cfg);
     assert_eq!(read_slice(&store, &z, 0).unwrap(), bytes_of(&z, 0, SLICE));
+}
+
+fn no_evictor(free_bytes: FreeBytes) -> Options {
+    Options { evict_every: None, free_bytes, ..Options::default() }
+}
+
+/// Counts `passes` passes over `file` in the page-cache admission's estimate.
+fn note_passes(a: &crate::server::pagecache::admission::Admission, r: &SliceRef, passes: u64) {
+    // A worker's first note merges its tally at once.
+    let tally = crate::server::pagecache::admission::Tally::default();
+    a.note(&tally, (r.dev, r.ino), r.len, passes * r.len, std::time::Instant::now());
+}
+
+/// Over `max_size_bytes`, the slices the page cache sees least demand for go
+/// first, the least recently used among equals, until 5% under the limit; the
+/// popular object stays whole. A reader holding an evicted file reads it to the
+/// end.
+#[test]
+fn eviction_takes_the_long_tail_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Room for 7 slices; 8 are filled.
+    let cfg = config(&[tmp.path()], 7 * SLICE);
+    let admission =
+        Arc::new(crate::server::pagecache::admission::Admission::new(1 << 30, std::time::Duration::from_secs(60)));
+    let a = admission.clone();
+    let popularity: Popularity = Box::new(move || a.densities(std::time::Instant::now()));
+    let store = Store::open_with(&cfg, popularity, no_evictor(Box::new(|_| Ok(u64::MAX)))).unwrap();
+    let popular = store_object(&store, "popular", 4 * SLICE, "e");
+    let unpopular = store_object(&store, "unpopular", 4 * SLICE, "e");
+    // The popular object's slices were started often, one of the unpopular's
+    // once; the estimate does not know the other three.
+    for i in 0..4 {
+        note_passes(&admission, &store.slice(&popular, i).unwrap(), 10);
+    }
+    note_passes(&admission, &store.slice(&unpopular, 3).unwrap(), 1);
+    // Slice 0 was used after slice 2, and slice 1 never since its fill.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.note_use(&unpopular, 2);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.note_use(&unpopular, 0);
+    let held = std::fs::File::open(store.slice(&unpopular, 1).unwrap().path).unwrap();
+    // 8 slices over a limit of 7 go to 6.65: two go, of the three the estimate
+    // does not know the two least recently used.
+    assert_eq!(evict::pass(&store.shared, 0), 2 * SLICE);
+    for i in 0..4 {
+        assert!(store.slice(&popular, i).is_some(), "popular slice {i}");
+    }
+    assert!(store.slice(&unpopular, 1).is_none() && store.slice(&unpopular, 2).is_none());
+    assert!(store.slice(&unpopular, 0).is_some() && store.slice(&unpopular, 3).is_some());
+    let stats = store.stats();
+    assert_eq!((stats.slices, stats.bytes), (6, 6 * SLICE));
+    assert_eq!((stats.dirs[0].evictions, stats.dirs[0].evicted_bytes), (2, 2 * SLICE));
+    assert_eq!(files_under(&tmp.path().join("slices")).len(), 6);
+    let mut rest = Vec::new();
+    (&held).read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, bytes_of(&unpopular, 1, SLICE), "an evicted file stays readable through its descriptor");
+    // Under the limit now: nothing more goes.
+    assert_eq!(evict::pass(&store.shared, 0), 0);
+    drop(store);
+    assert_eq!(open(&cfg).stats().slices, 6, "the evictions are journaled");
+}
+
+/// Under `min_free_bytes` of free space (simulated: the file system's figure
+/// comes through a callback), slices go until 5% over the floor.
+#[test]
+fn eviction_keeps_free_space_above_its_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(&[tmp.path()], 1 << 30);
+    cfg.dirs[0].min_free_bytes = 20 * SLICE;
+    let free = Arc::new(std::sync::atomic::AtomicU64::new(100 * SLICE));
+    let f = free.clone();
+    let store = Store::open_with(
+        &cfg,
+        Box::new(HashMap::new),
+        no_evictor(Box::new(move |_| Ok(f.load(std::sync::atomic::Ordering::Relaxed)))),
+    )
+    .unwrap();
+    let key = store_object(&store, "k", 8 * SLICE, "e");
+    assert_eq!(evict::pass(&store.shared, 0), 0);
+    assert_eq!(store.stats().dirs[0].free_bytes, 100 * SLICE);
+    // 19 slices free of a floor of 20: 2 slices go (to 21).
+    free.store(19 * SLICE, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(evict::pass(&store.shared, 0), 2 * SLICE);
+    assert_eq!(store.stats().slices, 6);
+    assert_eq!(store.stats().dirs[0].free_bytes, 19 * SLICE);
+    // Unknown to the estimate and never used since their fill: the oldest go.
+    assert!(store.slice(&key, 0).is_none() && store.slice(&key, 1).is_none());
+}
+
+/// The evictor thread does this by itself, and stops with the store.
+#[test]
+fn the_evictor_runs_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 2 * SLICE);
+    let options = Options {
+        evict_every: Some(std::time::Duration::from_millis(20)),
+        free_bytes: Box::new(|_| Ok(u64::MAX)),
+        ..Options::default()
+    };
+    let store = Store::open_with(&cfg, Box::new(HashMap::new), options).unwrap();
+    store_object(&store, "k", 4 * SLICE, "e");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while store.stats().bytes > 2 * SLICE {
+        assert!(std::time::Instant::now() < deadline, "nothing evicted");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(store.stats().dirs[0].evictions >= 2);
 }
