@@ -483,10 +483,17 @@ impl Store {
     /// Drops an object and its slices (the origin replaced it, or it was damaged).
     pub fn drop_object(&self, key: &KeyHash) {
         let s = &*self.shared;
-        let Some(old) = s.shard(key).objects.remove(key) else { return };
+        // The number is taken under the lock, so that it orders this drop before
+        // a put of the same key that follows it.
+        let Some((old, seq)) = ({
+            let mut shard = s.shard(key);
+            shard.objects.remove(key).map(|old| (old, s.next_seq()))
+        }) else {
+            return;
+        };
         let stale = s.unindex(key, &old);
         remove_files(&stale);
-        let _ = s.append(old.dir, &Record::DropObject { seq: s.next_seq(), key: *key });
+        let _ = s.append(old.dir, &Record::DropObject { seq, key: *key });
     }
 
     /// A committed slice, checked against its file with one `stat`: a file that
@@ -662,12 +669,19 @@ impl Store {
     }
 }
 
-/// Applies the records of every journal in sequence order; returns the next
-/// sequence number.
-fn replay(shards: &mut [Shard], dirs: &[Dir], mut records: Vec<(usize, Record)>) -> u64 {
-    records.sort_by_key(|(_, r)| r.seq());
-    let next_seq = records.last().map_or(1, |(_, r)| r.seq() + 1);
-    for (dir, r) in records {
+/// Applies the records of every journal; returns the next sequence number.
+/// First the objects' (metadata and drops) in sequence order, which leaves each
+/// key at its newest version; then the slices' in sequence order, each kept if
+/// it belongs to that version. A version's number is never reused, so a slice
+/// older than its object's newest metadata record (as compaction writes them)
+/// still finds it, and one of an older version never does.
+fn replay(shards: &mut [Shard], dirs: &[Dir], records: Vec<(usize, Record)>) -> u64 {
+    let next_seq = records.iter().map(|(_, r)| r.seq()).max().map_or(1, |s| s + 1);
+    let (mut objects, mut slices): (Vec<_>, Vec<_>) =
+        records.into_iter().partition(|(_, r)| matches!(r, Record::Object { .. } | Record::DropObject { .. }));
+    objects.sort_by_key(|(_, r)| r.seq());
+    slices.sort_by_key(|(_, r)| r.seq());
+    for (dir, r) in objects.into_iter().chain(slices) {
         match r {
             Record::Object { seq, key, gen, meta } => {
                 let objects = &mut shards[shard_of(&key)].objects;
@@ -785,7 +799,7 @@ impl Shared {
     /// still `seq`, when given) and, when `remove`, its file, unless a writer is
     /// about to put a new file at that path. Returns the bytes dropped.
     fn drop_slice(&self, key: &KeyHash, gen: u64, index: u64, seq: Option<u64>, remove: bool) -> Option<u64> {
-        let (dir, len) = {
+        let (dir, len, seq) = {
             let mut shard = self.shard(key);
             let writing = shard.writing.contains_key(&(*key, index));
             let e = shard.objects.get_mut(key).filter(|e| e.gen == gen)?;
@@ -801,9 +815,11 @@ impl Shared {
             if remove && !writing {
                 let _ = std::fs::remove_file(d.slice_path(key, gen, index));
             }
-            (e.dir, old.map(|o| o.file.len))
+            // Numbered under the lock: a commit of this slice that follows
+            // orders after it.
+            (e.dir, old.map(|o| o.file.len), self.next_seq())
         };
-        let _ = self.append(dir, &Record::DropSlice { seq: self.next_seq(), key: *key, gen, index });
+        let _ = self.append(dir, &Record::DropSlice { seq, key: *key, gen, index });
         len
     }
 
