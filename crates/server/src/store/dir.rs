@@ -96,6 +96,11 @@ impl Dir {
         self.bytes.load(Ordering::Relaxed).max(0) as u64
     }
 
+    /// Records in the index that its journal must keep.
+    pub(super) fn live_records(&self) -> u64 {
+        (self.objects.load(Ordering::Relaxed) + self.slices.load(Ordering::Relaxed)).max(0) as u64
+    }
+
     pub(super) fn writable(&self, now_ms: u64) -> bool {
         now_ms >= self.unwritable_until_ms.load(Ordering::Relaxed)
     }

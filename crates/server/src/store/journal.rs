@@ -273,6 +273,13 @@ impl Journal {
     pub(super) fn reopen(&mut self) {
         self.file = None;
     }
+
+    /// After a new journal of `lines` lines was renamed over the old one.
+    pub(super) fn replaced(&mut self, lines: u64) {
+        self.file = None;
+        self.lines = lines;
+        self.torn = false;
+    }
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -322,6 +329,11 @@ impl Rewrite {
             let _ = std::fs::remove_file(&tmp);
         }
         result.map(|()| lines)
+    }
+
+    /// Gives up: removes the temporary file.
+    pub(super) fn abandon(self) {
+        let _ = std::fs::remove_file(&self.tmp);
     }
 }
 

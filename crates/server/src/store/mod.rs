@@ -24,7 +24,7 @@
 //! drops, one line appended per change with one `write` (synced when
 //! `[cache] fsync`). `open` replays the journals of every directory, so hits are
 //! served at once, without walking the slice files. A journal is rewritten with
-//! only its live records (compaction) once it holds more than twice as many.
+//! only its live records once it holds more than twice as many ([`compact`]).
 //!
 //! # Crash safety
 //!
@@ -65,6 +65,7 @@
 // Wired into the cache in the next step.
 #![cfg_attr(not(test), allow(dead_code))]
 
+mod compact;
 mod dir;
 mod evict;
 mod journal;
@@ -402,6 +403,8 @@ impl Store {
                 while evictor.sleep(every) {
                     for dir in 0..evictor.dirs.len() {
                         evict::pass(&evictor, dir);
+                        // A failure marks the directory (and is logged there).
+                        let _ = compact::compact(&evictor, dir, false);
                     }
                 }
             });

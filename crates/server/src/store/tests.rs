@@ -658,3 +658,116 @@ fn the_evictor_runs_by_itself() {
     }
     assert!(store.stats().dirs[0].evictions >= 2);
 }
+
+/// The records a journal holds, as a set of lines.
+fn journal_records(dir: &Path) -> Vec<Record> {
+    let mut r = journal::read(&dir.join("index.journal")).unwrap().unwrap().records;
+    r.sort_by_key(Record::seq);
+    r
+}
+
+/// Compaction keeps exactly the live records: each object's newest metadata
+/// and its version's slices, nothing dropped, replaced or evicted.
+#[test]
+fn compaction_keeps_exactly_the_live_records() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cfg = config(&[a.path(), b.path()], 1 << 30);
+    let store = Store::open_with(&cfg, Box::new(HashMap::new), no_evictor(Box::new(|_| Ok(u64::MAX)))).unwrap();
+    let (x_name, x) = key_at("x", 0, 2);
+    let (y_name, y) = key_at("y", 0, 2);
+    let (z_name, z) = key_at("z", 0, 2);
+    let (w_name, w) = key_at("w", 1, 2);
+    store.put_object(&x, meta(&x_name, 3 * SLICE, "e")).unwrap();
+    for i in 0..3 {
+        fill(&store, &x, i, SLICE);
+    }
+    let mut refreshed = meta(&x_name, 3 * SLICE, "e");
+    for _ in 0..3 {
+        refreshed.fresh_until += 1;
+        store.put_object(&x, refreshed.clone()).unwrap();
+    }
+    store.forget_slice(&x, 1);
+    fill(&store, &x, 2, SLICE); // committed again: a new record
+                                // Replaced: only the new version stays, with no slices.
+    store.put_object(&y, meta(&y_name, SLICE, "v1")).unwrap();
+    fill(&store, &y, 0, SLICE);
+    store.put_object(&y, meta(&y_name, SLICE, "v2")).unwrap();
+    // Dropped.
+    store.put_object(&z, meta(&z_name, SLICE, "e")).unwrap();
+    fill(&store, &z, 0, SLICE);
+    store.drop_object(&z);
+    // In the other directory: untouched by a's compaction.
+    store.put_object(&w, meta(&w_name, SLICE, "e")).unwrap();
+    fill(&store, &w, 0, SLICE);
+    let b_before = journal_records(b.path());
+
+    let before = journal_records(a.path());
+    assert_eq!(compact::compact(&store.shared, 0, false).unwrap(), None, "short journals are left alone");
+    assert_eq!(compact::compact(&store.shared, 0, true).unwrap(), Some(4));
+    let after = journal_records(a.path());
+    // The newest of each live record, as they were, sequence numbers included.
+    let live = |r: &&Record| match r {
+        Record::Object { key, meta, .. } => {
+            (*key == x && **meta == refreshed) || (*key == y && meta.etag.as_deref() == Some(&b"v2"[..]))
+        }
+        Record::Slice { key, index, seq, .. } => {
+            *key == x
+                && before.iter().rev().find_map(|r| match r {
+                    Record::Slice { key, index: i, seq, .. } if *key == x && i == index => Some(*seq),
+                    _ => None,
+                }) == Some(*seq)
+                && *index != 1
+        }
+        _ => false,
+    };
+    let expected: Vec<Record> = before.iter().filter(live).cloned().collect();
+    assert_eq!(after, expected);
+    assert_eq!(after.len(), 4, "x, its slices 0 and 2, and y");
+    assert_eq!(journal_records(b.path()), b_before);
+    assert_eq!(store.shared.dirs[0].journal.lock().unwrap().lines, 4);
+
+    // Appends go on in the new file, and a reopen sees the same store.
+    fill(&store, &x, 1, SLICE);
+    let counts = |s: StoreStats| (s.objects, s.slices, s.bytes, s.dirs.iter().map(|d| d.slices).collect::<Vec<_>>());
+    let before = counts(store.stats());
+    drop(store);
+    let store = open(&cfg);
+    assert_eq!(counts(store.stats()), before);
+    assert_eq!(*store.object(&x).unwrap(), refreshed);
+    for i in 0..3 {
+        assert_eq!(read_slice(&store, &x, i).unwrap(), bytes_of(&x, i, SLICE));
+    }
+    assert!(store.object(&z).is_none() && store.slice(&y, 0).is_none());
+    assert_eq!(read_slice(&store, &w, 0).unwrap(), bytes_of(&w, 0, SLICE));
+}
+
+/// The evictor's pass compacts a journal once it holds more than twice its live
+/// records (and enough to be worth it).
+#[test]
+fn a_long_journal_is_compacted_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = Options {
+        evict_every: Some(std::time::Duration::from_millis(20)),
+        free_bytes: Box::new(|_| Ok(u64::MAX)),
+        ..Options::default()
+    };
+    let store = Store::open_with(&config(&[tmp.path()], 1 << 30), Box::new(HashMap::new), options).unwrap();
+    let key = store_object(&store, "k", SLICE, "e");
+    let mut m = meta("k", SLICE, "e");
+    for _ in 0..1100 {
+        m.fresh_until += 1;
+        store.put_object(&key, m.clone()).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // It may compact in the middle of the loop, leaving the refreshes after
+    // (at most 1100 - 1022 of them) in the journal.
+    while journal_records(tmp.path()).len() > 100 {
+        assert!(std::time::Instant::now() < deadline, "not compacted");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(*store.object(&key).unwrap(), m);
+    drop(store);
+    let store = open(&config(&[tmp.path()], 1 << 30));
+    assert_eq!(*store.object(&key).unwrap(), m);
+    assert!(store.slice(&key, 0).is_some());
+}
