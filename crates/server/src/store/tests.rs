@@ -771,3 +771,56 @@ fn a_long_journal_is_compacted_by_itself() {
     assert_eq!(*store.object(&key).unwrap(), m);
     assert!(store.slice(&key, 0).is_some());
 }
+
+/// How long `open` takes with 100,000 slices recorded, and the sweep after it.
+/// A measurement, not a check (no timed assertion):
+///
+/// ```text
+/// cargo test --release -p linerate-server store::tests::open_time_with_100k_slices -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "a measurement: builds 100,000 slice files (400 MB)"]
+fn open_time_with_100k_slices() {
+    const OBJECTS: u64 = 1000;
+    const SLICES: u64 = 100;
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 40);
+    let built = std::time::Instant::now();
+    let keys: Vec<KeyHash> = {
+        let store = open(&cfg);
+        let block = vec![0x5a; SLICE as usize];
+        (0..OBJECTS)
+            .map(|o| {
+                let name = format!("/vod/title-{o}.mp4");
+                let key = key_hash(name.as_bytes());
+                store.put_object(&key, meta(&name, SLICES * SLICE, "e")).unwrap();
+                for i in 0..SLICES {
+                    let w = store.begin_slice(&key, i, SLICE).unwrap();
+                    w.write_at(&block, 0).unwrap();
+                    store.commit_slice(w).unwrap();
+                }
+                key
+            })
+            .collect()
+    };
+    let built = built.elapsed();
+    let journal_bytes = std::fs::metadata(tmp.path().join("index.journal")).unwrap().len();
+    let mut opens = Vec::new();
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let store = open(&cfg);
+        let opened = t.elapsed();
+        wait_for_sweep(&store);
+        let swept = t.elapsed();
+        assert_eq!(store.stats().slices, OBJECTS * SLICES);
+        let t = std::time::Instant::now();
+        for key in &keys {
+            assert!(store.slice(key, SLICES - 1).is_some());
+        }
+        opens.push((opened, swept, t.elapsed() / OBJECTS as u32));
+    }
+    eprintln!(
+        "built {} slices in {built:.2?} (journal {journal_bytes} bytes); open, sweep done, lookup: {opens:.2?}",
+        OBJECTS * SLICES
+    );
+}
