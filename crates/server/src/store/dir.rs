@@ -33,6 +33,8 @@ pub(super) struct Dir {
     logged: AtomicBool,
     pub evictions: AtomicU64,
     pub evicted_bytes: AtomicU64,
+    pub damaged_slices: AtomicU64,
+    logged_damage: AtomicBool,
     /// Writes that failed with an error that marks the directory unwritable.
     pub unwritable_errors: AtomicU64,
 }
@@ -60,6 +62,8 @@ impl Dir {
             logged: AtomicBool::new(false),
             evictions: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
+            damaged_slices: AtomicU64::new(0),
+            logged_damage: AtomicBool::new(false),
             unwritable_errors: AtomicU64::new(0),
         }
     }
@@ -109,6 +113,20 @@ impl Dir {
     pub(super) fn refusal(&self) -> StoreError {
         let errno = self.last_errno.load(Ordering::Relaxed);
         StoreError::Unwritable { dir: self.path.clone(), source: io::Error::from_raw_os_error(errno) }
+    }
+
+    /// Counts a slice dropped because its file was missing or another; logged
+    /// once per directory (a disk replaced or wiped would log every slice).
+    pub(super) fn damaged(&self, path: &Path, why: &str) {
+        let n = self.damaged_slices.fetch_add(1, Ordering::Relaxed) + 1;
+        if !self.logged_damage.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                path = %path.display(),
+                "cached slice dropped: its file is missing or not the one recorded ({why}); later ones are counted, not logged"
+            );
+        } else {
+            tracing::debug!(path = %path.display(), "cached slice dropped ({why}), {n} in this directory");
+        }
     }
 
     /// Turns a failed write into the store's error, marking the directory

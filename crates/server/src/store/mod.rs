@@ -188,6 +188,8 @@ pub struct DirStats {
     pub writable: bool,
     pub evictions: u64,
     pub evicted_bytes: u64,
+    /// Slices dropped at lookup because their file was missing or another.
+    pub damaged_slices: u64,
     /// Writes that failed with an error that marks the directory unwritable.
     pub unwritable_errors: u64,
 }
@@ -318,7 +320,9 @@ impl Store {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the slice store needs a directory").into());
         }
         let epoch = Instant::now();
-        let run = format!("{:x}-{:x}", std::process::id(), unix_ms());
+        // Unique to this open, even of two in one process and millisecond.
+        static OPENS: AtomicU64 = AtomicU64::new(0);
+        let run = format!("{:x}-{:x}-{}", std::process::id(), unix_ms(), OPENS.fetch_add(1, Ordering::Relaxed));
         let mut dirs = Vec::with_capacity(config.dirs.len());
         let mut records = Vec::new();
         let mut failures = Vec::new();
@@ -517,15 +521,13 @@ impl Store {
                 return Some(SliceRef { path, len: f.len, dev: f.dev, ino: f.ino, mtime_ns: f.mtime_ns, dir });
             }
         }
-        tracing::warn!(
-            path = %path.display(),
-            "cached slice is missing or not the file recorded ({}), dropped",
-            match &found {
-                Ok(_) => "size, inode or mtime differ".to_string(),
-                Err(e) => e.to_string(),
-            }
-        );
-        s.drop_slice(key, gen, index, Some(slice.seq), found.is_ok());
+        let why = match &found {
+            Ok(_) => "size, inode or mtime differ".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if s.drop_slice(key, gen, index, Some(slice.seq), found.is_ok()).is_some() {
+            s.dirs[dir].damaged(&path, &why);
+        }
         None
     }
 
@@ -665,6 +667,7 @@ impl Store {
                 writable: d.writable(now),
                 evictions: d.evictions.load(Ordering::Relaxed),
                 evicted_bytes: d.evicted_bytes.load(Ordering::Relaxed),
+                damaged_slices: d.damaged_slices.load(Ordering::Relaxed),
                 unwritable_errors: d.unwritable_errors.load(Ordering::Relaxed),
             });
         }

@@ -8,7 +8,6 @@
 //! not hold it and that no writer is committing to its path, so a fill running
 //! meanwhile is never hurt.
 
-use std::os::unix::fs::DirEntryExt;
 use std::path::Path;
 
 use super::journal::parse_key;
@@ -76,10 +75,12 @@ fn sweep_slices(s: &Shared, dir: usize, sub: &Path, swept: &mut Swept) {
     for e in entries.flatten() {
         let name = e.file_name();
         let Some((key, gen, index)) = parse_name(&name.to_string_lossy()) else { continue };
+        // By name only: a file at a slice's place that is not the one recorded
+        // is the lookup's to catch (with the `stat` it makes anyway), and a
+        // readdir's inode number is not always the file's (overlayfs).
         let shard = s.shard(&key);
-        let known = shard.objects.get(&key).is_some_and(|o| {
-            o.dir == dir && o.gen == gen && o.slices.get(&index).is_some_and(|sl| sl.file.ino == e.ino())
-        });
+        let known =
+            shard.objects.get(&key).is_some_and(|o| o.dir == dir && o.gen == gen && o.slices.contains_key(&index));
         if !known && !shard.writing.contains_key(&(key, index)) && std::fs::remove_file(e.path()).is_ok() {
             swept.orphans += 1;
         }

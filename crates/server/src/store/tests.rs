@@ -259,6 +259,7 @@ fn a_record_whose_file_changed_is_never_served() {
     }
     assert_eq!(read_slice(&store, &key, 4).unwrap(), bytes_of(&key, 4, SLICE));
     assert_eq!(store.stats().slices, 1);
+    assert_eq!(store.stats().dirs[0].damaged_slices, 4);
     // The damaged files went with their records, and the drops were journaled.
     assert!(!paths[1].exists() && !paths[2].exists() && !paths[3].exists());
     drop(store);
@@ -419,6 +420,13 @@ fn the_sweep_spares_slices_being_committed() {
     drop(w);
     assert_eq!(sweep::sweep(&store.shared), sweep::Swept { orphans: 1, tmp_files: 0 });
     assert!(!path.exists() && store.slice(&key, 0).is_some());
+}
+
+#[test]
+fn the_store_and_its_writers_are_shared_across_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Store>();
+    shared::<SliceWriter>();
 }
 
 #[test]
