@@ -13,6 +13,7 @@ pub mod demo;
 mod origin;
 pub mod procfs;
 pub mod server;
+mod store;
 pub mod sysfs;
 pub mod tls;
 pub mod topology;

@@ -12,9 +12,9 @@
 //!   is the kernel's errno (callers match on `EAGAIN`, `ENOSYS`, `EPERM`, `EXDEV`);
 //! - the plain syscalls go through [rustix](https://docs.rs/rustix): `sendfile`,
 //!   `send`, `preadv`/`preadv2(RWF_NOWAIT)`, `openat2`/`openat`, `fstat`/`fstatat`,
-//!   `fcntl`, `posix_fadvise`, affinity and `getcpu`, `gettid`, rlimits, the clock
-//!   tick rate, socket creation, `sendto`/`recv` and the socket options it has typed
-//!   wrappers for. Its Linux backend makes the syscall itself (inline assembly, on
+//!   `fcntl`, `posix_fadvise`, `statvfs`, affinity and `getcpu`, `gettid`, rlimits,
+//!   the clock tick rate, socket creation, `sendto`/`recv` and the socket options it
+//!   has typed wrappers for. Its Linux backend makes the syscall itself (inline assembly, on
 //!   glibc and musl alike), with no allocation and no extra syscall per call, and
 //!   its errors convert to `io::Error` with the same errno;
 //! - `unsafe` with libc remains only where no safe wrapper exists: `readahead`,
@@ -305,6 +305,14 @@ pub fn stat_at(dir: BorrowedFd<'_>, path: &Path) -> io::Result<FileStat> {
     Ok(FileStat::from_raw(&rustix::fs::statat(dir, check_path(path)?, AtFlags::empty())?))
 }
 
+/// Bytes an unprivileged process may still write on the file system holding `path`
+/// (`statvfs`: available blocks times the fragment size). The root-reserved blocks
+/// are left out, as they are of what `df` shows as available.
+pub fn free_bytes(path: &Path) -> io::Result<u64> {
+    let st = rustix::fs::statvfs(path)?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 /// The CPUs the calling thread may run on (its affinity mask), in ascending order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     let set = rustix::thread::sched_getaffinity(None)?;
@@ -388,6 +396,13 @@ mod tests {
         client.read_to_string(&mut got).unwrap();
         assert_eq!(got, "head:3456");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn free_bytes_reads_the_file_system_of_a_path() {
+        let free = free_bytes(&std::env::temp_dir()).unwrap();
+        assert!(free > 0, "a temporary directory with no free byte");
+        assert!(free_bytes(Path::new("/nonexistent/linerate")).is_err());
     }
 
     #[test]

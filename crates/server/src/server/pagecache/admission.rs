@@ -167,6 +167,17 @@ impl Admission {
         tally.kept.borrow().admits(id)
     }
 
+    /// Demand per byte of every file the estimate knows (the passes over it),
+    /// decayed to `now`; read-only, under one lock of the table. The slice store
+    /// ranks its evictions by it, so a slice popular in memory stays on disk too.
+    // Wired into the cache in the next step.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn densities(&self, now: Instant) -> HashMap<FileId, f64> {
+        let t = lock(&self.table);
+        let f = if now > t.at { decay_factor(now - t.at, self.half_life) } else { 1.0 };
+        t.files.iter().map(|(id, d)| (*id, d.bytes * f / d.size.max(1) as f64)).collect()
+    }
+
     /// Adds a worker's counts to the shared estimate, and ranks the kept set anew
     /// when it was last ranked [`MERGE_INTERVAL`] ago.
     fn merge(&self, pending: &mut HashMap<FileId, (u64, u64)>, now: Instant) {

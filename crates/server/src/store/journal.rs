@@ -1,0 +1,495 @@
+//! The index journal of one cache directory (`index.journal`): what the store
+//! knows, as lines appended one `write` each, replayed at open.
+//!
+//! A line is a record's fields separated by spaces, then its FNV-1a checksum:
+//!
+//! ```text
+//! O <seq> <key> <gen> <status> <size> <stored_at> <fresh_until> <swr_until> <sie_until> <etag> <last_modified> <content_type> <full key>
+//! S <seq> <key> <gen> <index> <len> <dev> <ino> <mtime_ns>
+//! s <seq> <key> <gen> <index>
+//! D <seq> <key>
+//! ```
+//!
+//! `O` records an object's metadata, `S` a committed slice, `s` a dropped slice,
+//! `D` a dropped object. Keys are hex; byte strings are `-` (none) or `x` and hex.
+//! Text rather than binary: a journal is read with `less` when a cache misbehaves,
+//! and parsing 100,000 records takes milliseconds either way.
+//!
+//! A crash can cut the last line short, and a failed write (`ENOSPC`) one in the
+//! middle: such a line fails its checksum and is skipped; the writer starts its
+//! next line on a new one. Skipping a record is safe: a slice record lost makes an
+//! orphan the sweep removes; a drop record lost brings back a record whose file is
+//! gone or not the one recorded, which the lookup's `stat` catches.
+//!
+//! Every record carries a sequence number, unique across the directories of a
+//! store and increasing: replay applies the records of every journal in that
+//! order, so an object that moved directories ends as its newest record says.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{KeyHash, ObjectMeta};
+
+/// The first line of every journal: the format and its version.
+pub(super) const HEADER: &[u8] = b"linerate-slice-store 1\n";
+
+/// One line of a journal.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Record {
+    /// New or refreshed metadata. `gen` names the version of the object: the seq
+    /// of the record that began it. Slices belong to one version; a record with
+    /// another `gen` replaces the object and leaves its old slices behind.
+    Object { seq: u64, key: KeyHash, gen: u64, meta: Arc<ObjectMeta> },
+    /// A committed slice and the identity of its file.
+    Slice { seq: u64, key: KeyHash, gen: u64, index: u64, file: SliceFile },
+    /// A slice evicted, forgotten or found damaged.
+    DropSlice { seq: u64, key: KeyHash, gen: u64, index: u64 },
+    /// An object and all its slices dropped.
+    DropObject { seq: u64, key: KeyHash },
+}
+
+/// What a slice file was when it was committed: a file that differs in any of
+/// these is not that slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SliceFile {
+    pub len: u64,
+    pub dev: u64,
+    pub ino: u64,
+    pub mtime_ns: i64,
+}
+
+impl Record {
+    pub(super) fn seq(&self) -> u64 {
+        match self {
+            Record::Object { seq, .. }
+            | Record::Slice { seq, .. }
+            | Record::DropSlice { seq, .. }
+            | Record::DropObject { seq, .. } => *seq,
+        }
+    }
+
+    /// Appends the record as one line, checksum and newline included.
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        // Writing into a Vec cannot fail.
+        let _ = match self {
+            Record::Object { seq, key, gen, meta } => {
+                let _ = write!(
+                    out,
+                    "O {seq} {} {gen} {} {} {} {} {} {} ",
+                    hex(key),
+                    meta.status,
+                    meta.size,
+                    meta.stored_at,
+                    meta.fresh_until,
+                    meta.stale_while_revalidate_until,
+                    meta.stale_if_error_until
+                );
+                for field in [&meta.etag, &meta.last_modified, &meta.content_type] {
+                    encode_bytes(field.as_deref(), out);
+                    out.push(b' ');
+                }
+                encode_bytes(Some(&meta.key), out);
+                Ok(())
+            }
+            Record::Slice { seq, key, gen, index, file } => write!(
+                out,
+                "S {seq} {} {gen} {index} {} {} {} {}",
+                hex(key),
+                file.len,
+                file.dev,
+                file.ino,
+                file.mtime_ns
+            ),
+            Record::DropSlice { seq, key, gen, index } => write!(out, "s {seq} {} {gen} {index}", hex(key)),
+            Record::DropObject { seq, key } => write!(out, "D {seq} {}", hex(key)),
+        };
+        let sum = fnv1a(&out[start..]);
+        let _ = writeln!(out, " {sum:016x}");
+    }
+
+    /// Reads one line (without its newline); `None` if it is cut short, damaged
+    /// or of an unknown kind.
+    pub(super) fn decode(line: &[u8]) -> Option<Record> {
+        let split = line.len().checked_sub(17)?;
+        let (body, sum) = (&line[..split], &line[split..]);
+        if sum[0] != b' ' || u64::from_str_radix(std::str::from_utf8(&sum[1..]).ok()?, 16).ok()? != fnv1a(body) {
+            return None;
+        }
+        let mut f = std::str::from_utf8(body).ok()?.split(' ');
+        let kind = f.next()?;
+        let seq = f.next()?.parse().ok()?;
+        let key = parse_key(f.next()?)?;
+        let record = match kind {
+            "O" => {
+                let gen = f.next()?.parse().ok()?;
+                let status = f.next()?.parse().ok()?;
+                let size = f.next()?.parse().ok()?;
+                let stored_at = f.next()?.parse().ok()?;
+                let fresh_until = f.next()?.parse().ok()?;
+                let stale_while_revalidate_until = f.next()?.parse().ok()?;
+                let stale_if_error_until = f.next()?.parse().ok()?;
+                let etag = decode_bytes(f.next()?)?;
+                let last_modified = decode_bytes(f.next()?)?;
+                let content_type = decode_bytes(f.next()?)?;
+                let full_key = decode_bytes(f.next()?)??;
+                let meta = ObjectMeta {
+                    key: full_key,
+                    status,
+                    size,
+                    etag,
+                    last_modified,
+                    content_type,
+                    stored_at,
+                    fresh_until,
+                    stale_while_revalidate_until,
+                    stale_if_error_until,
+                };
+                Record::Object { seq, key, gen, meta: Arc::new(meta) }
+            }
+            "S" => {
+                let gen = f.next()?.parse().ok()?;
+                let index = f.next()?.parse().ok()?;
+                let file = SliceFile {
+                    len: f.next()?.parse().ok()?,
+                    dev: f.next()?.parse().ok()?,
+                    ino: f.next()?.parse().ok()?,
+                    mtime_ns: f.next()?.parse().ok()?,
+                };
+                Record::Slice { seq, key, gen, index, file }
+            }
+            "s" => Record::DropSlice { seq, key, gen: f.next()?.parse().ok()?, index: f.next()?.parse().ok()? },
+            "D" => Record::DropObject { seq, key },
+            _ => return None,
+        };
+        f.next().is_none().then_some(record)
+    }
+}
+
+/// A journal read back.
+#[derive(Debug, Default)]
+pub(super) struct Replay {
+    pub records: Vec<Record>,
+    /// Lines past the header, good or not: what compaction weighs against the
+    /// live records.
+    pub lines: u64,
+    /// Lines skipped because they were cut short or damaged.
+    pub damaged: u64,
+    /// Whether the file ends in the middle of a line (the next append starts a
+    /// new one).
+    pub torn_tail: bool,
+}
+
+/// Reads a journal; `Ok(None)` when there is none yet.
+pub(super) fn read(path: &Path) -> io::Result<Option<Replay>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(rest) = bytes.strip_prefix(HEADER) else {
+        let first = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: not a slice-store journal of this version (first line {:?})",
+                path.display(),
+                String::from_utf8_lossy(&first[..first.len().min(64)])
+            ),
+        ));
+    };
+    let mut replay = Replay { torn_tail: !rest.is_empty() && !rest.ends_with(b"\n"), ..Replay::default() };
+    for line in rest.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        replay.lines += 1;
+        match Record::decode(line) {
+            Some(r) => replay.records.push(r),
+            None => replay.damaged += 1,
+        }
+    }
+    Ok(Some(replay))
+}
+
+/// The open end of a journal, appended to one record per `write`.
+#[derive(Debug)]
+pub(super) struct Journal {
+    pub path: PathBuf,
+    /// Where a new journal is written before it is renamed to `path`.
+    pub tmp: PathBuf,
+    /// `None` until the journal could be opened (a directory unwritable at start).
+    file: Option<File>,
+    /// Lines in the file past the header.
+    pub lines: u64,
+    /// The last write may have left a partial line: start the next one afresh.
+    torn: bool,
+}
+
+impl Journal {
+    pub(super) fn new(path: PathBuf, tmp: PathBuf, lines: u64, torn: bool) -> Journal {
+        Journal { path, tmp, file: None, lines, torn }
+    }
+
+    /// Appends one encoded record. No user-space buffer: once this returns, a
+    /// crash of the process does not lose the line (a power loss may, unless
+    /// `fsync`).
+    pub(super) fn append(&mut self, line: &[u8], fsync: bool) -> io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(match open_append(&self.path) {
+                // A directory that was not writable at open, or emptied since.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if let Some(tmp_dir) = self.tmp.parent() {
+                        std::fs::create_dir_all(tmp_dir)?;
+                    }
+                    let _ = std::fs::remove_file(&self.tmp);
+                    Rewrite::create(self.tmp.clone())?.finish(&self.path)?;
+                    self.lines = 0;
+                    self.torn = false;
+                    open_append(&self.path)?
+                }
+                r => r?,
+            });
+        }
+        let file = self.file.as_mut().expect("opened above");
+        let result = if self.torn {
+            let mut fresh = Vec::with_capacity(line.len() + 1);
+            fresh.push(b'\n');
+            fresh.extend_from_slice(line);
+            file.write_all(&fresh)
+        } else {
+            file.write_all(line)
+        };
+        // A failed write may have left part of the line: the next starts anew.
+        self.torn = result.is_err();
+        result?;
+        self.lines += 1;
+        if fsync {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the open file: the next append opens `path` again.
+    pub(super) fn reopen(&mut self) {
+        self.file = None;
+    }
+
+    /// After a new journal of `lines` lines was renamed over the old one.
+    pub(super) fn replaced(&mut self, lines: u64) {
+        self.file = None;
+        self.lines = lines;
+        self.torn = false;
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().append(true).open(path)
+}
+
+/// A journal written whole into a temporary file, then renamed over the old one:
+/// a new directory's empty journal, or a compacted one.
+pub(super) struct Rewrite {
+    out: BufWriter<File>,
+    tmp: PathBuf,
+    line: Vec<u8>,
+    pub lines: u64,
+}
+
+impl Rewrite {
+    pub(super) fn create(tmp: PathBuf) -> io::Result<Rewrite> {
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        if let Err(e) = out.write_all(HEADER) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(Rewrite { out, tmp, line: Vec::with_capacity(256), lines: 0 })
+    }
+
+    pub(super) fn push(&mut self, record: &Record) -> io::Result<()> {
+        self.line.clear();
+        record.encode(&mut self.line);
+        self.lines += 1;
+        self.out.write_all(&self.line)
+    }
+
+    /// Syncs the new journal and renames it over `path`, then syncs the directory.
+    /// Always synced, `fsync` or not: the rename replaces every record at once,
+    /// and a power loss that kept the rename but not the data would lose the
+    /// whole index rather than its last lines.
+    pub(super) fn finish(self, path: &Path) -> io::Result<u64> {
+        let Rewrite { out, tmp, lines, .. } = self;
+        let result = (|| {
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            sync_dir(path.parent().unwrap_or(Path::new(".")))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map(|()| lines)
+    }
+
+    /// Gives up: removes the temporary file.
+    pub(super) fn abandon(self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// `fsync` of a directory, so that a rename into it survives a power loss.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// FNV-1a, 64 bits: catches a cut or garbled line; nobody forges a journal.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+pub(super) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(b"0123456789abcdef"[(b >> 4) as usize]));
+        s.push(char::from(b"0123456789abcdef"[(b & 15) as usize]));
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
+
+pub(super) fn parse_key(s: &str) -> Option<KeyHash> {
+    unhex(s)?.try_into().ok()
+}
+
+fn encode_bytes(b: Option<&[u8]>, out: &mut Vec<u8>) {
+    match b {
+        None => out.push(b'-'),
+        Some(b) => {
+            out.push(b'x');
+            out.extend_from_slice(hex(b).as_bytes());
+        }
+    }
+}
+
+/// `Some(None)` for `-`, `Some(Some(bytes))` for `x…`, `None` if malformed.
+fn decode_bytes(s: &str) -> Option<Option<Vec<u8>>> {
+    if s == "-" {
+        return Some(None);
+    }
+    unhex(s.strip_prefix('x')?).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> ObjectMeta {
+        ObjectMeta {
+            key: b"/vod/a b\n.mp4?x=1".to_vec(),
+            status: 200,
+            size: 10 << 20,
+            etag: Some(b"\"e 1\"".to_vec()),
+            last_modified: None,
+            content_type: Some(Vec::new()),
+            stored_at: 1_700_000_000,
+            fresh_until: 1_700_000_600,
+            stale_while_revalidate_until: -1,
+            stale_if_error_until: 0,
+        }
+    }
+
+    fn records() -> Vec<Record> {
+        let key = [7; 16];
+        vec![
+            Record::Object { seq: 1, key, gen: 1, meta: Arc::new(meta()) },
+            Record::Slice {
+                seq: 2,
+                key,
+                gen: 1,
+                index: 3,
+                file: SliceFile { len: 4096, dev: 2049, ino: 77, mtime_ns: -5 },
+            },
+            Record::DropSlice { seq: 3, key, gen: 1, index: 3 },
+            Record::DropObject { seq: u64::MAX, key },
+        ]
+    }
+
+    #[test]
+    fn every_record_reads_back_as_written() {
+        for r in records() {
+            let mut line = Vec::new();
+            r.encode(&mut line);
+            assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1, "one line: {line:?}");
+            assert_eq!(Record::decode(&line[..line.len() - 1]), Some(r));
+        }
+    }
+
+    #[test]
+    fn a_cut_or_garbled_line_is_refused() {
+        let mut line = Vec::new();
+        records()[1].encode(&mut line);
+        line.pop();
+        for cut in 0..line.len() {
+            assert_eq!(Record::decode(&line[..cut]), None, "cut at {cut}");
+        }
+        for i in 0..line.len() {
+            let mut bad = line.clone();
+            bad[i] ^= 0x01;
+            assert_eq!(Record::decode(&bad), None, "byte {i} flipped");
+        }
+    }
+
+    #[test]
+    fn replay_skips_damaged_lines_and_notes_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.journal");
+        assert!(read(&path).unwrap().is_none());
+        let mut bytes = HEADER.to_vec();
+        let rs = records();
+        rs[0].encode(&mut bytes);
+        bytes.extend_from_slice(b"S 9 garbage\n\n");
+        rs[1].encode(&mut bytes);
+        let mut last = Vec::new();
+        rs[2].encode(&mut last);
+        bytes.extend_from_slice(&last[..10]);
+        std::fs::write(&path, &bytes).unwrap();
+        let replay = read(&path).unwrap().unwrap();
+        assert_eq!(replay.records, rs[..2]);
+        assert_eq!((replay.lines, replay.damaged, replay.torn_tail), (4, 2, true));
+        // The next append starts on a line of its own.
+        let mut j = Journal::new(path.clone(), dir.path().join("j.tmp"), replay.lines, replay.torn_tail);
+        j.append(&last, false).unwrap();
+        let replay = read(&path).unwrap().unwrap();
+        assert_eq!(replay.records, rs[..3]);
+        assert!(!replay.torn_tail);
+        // A journal removed is made anew.
+        std::fs::remove_file(&path).unwrap();
+        j.reopen();
+        j.append(&last, false).unwrap();
+        assert_eq!(read(&path).unwrap().unwrap().records, rs[2..3]);
+        std::fs::write(&path, b"something else\n").unwrap();
+        assert_eq!(read(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn a_rewrite_replaces_the_journal_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.journal");
+        std::fs::write(&path, b"old").unwrap();
+        let mut w = Rewrite::create(dir.path().join("new")).unwrap();
+        for r in records() {
+            w.push(&r).unwrap();
+        }
+        assert_eq!(w.finish(&path).unwrap(), 4);
+        assert_eq!(read(&path).unwrap().unwrap().records, records());
+        assert!(!dir.path().join("new").exists());
+    }
+}
