@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use super::error::{OriginError, Phase};
 use super::request::host_field;
 use super::stats::Counters;
-use super::stream::{HandshakeError, Stream, TlsStream};
+use super::stream::{HandshakeError, Stream};
 use crate::config::{parse_base_url, BaseUrl, Origin};
 
 /// Response heads (status line and fields) longer than this are refused: an
@@ -137,8 +137,8 @@ impl Url {
         // Requests are small and sent whole: nothing to gain from Nagle.
         let _ = tcp.set_nodelay(true);
         let Some((config, name)) = &self.tls else { return Ok(Stream::Plain(TokioIo::new(tcp))) };
-        match TlsStream::handshake(tcp, config.clone(), name.clone()).await {
-            Ok(tls) => Ok(Stream::Tls(Box::new(tls))),
+        match Stream::tls(tcp, config.clone(), name.clone()).await {
+            Ok(tls) => Ok(tls),
             Err(HandshakeError::Tls(e @ rustls::Error::InvalidCertificate(_))) => Err(fail(format!(
                 "TLS: the certificate of {host} is not trusted ({e}): it must be for {host} and chain to {}",
                 self.trust

@@ -56,15 +56,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-// Wired into the cache in the next step (until then, only the tests use these).
-#[allow(unused_imports)]
 pub use self::{
-    connect::{HEAD_LIMIT_BYTES, IDLE_CONNECTION_SECS},
-    content_range::ContentRange,
-    error::{OriginError, Phase, KINDS},
+    connect::HEAD_LIMIT_BYTES,
+    error::{OriginError, Phase},
     request::OriginRequest,
     response::OriginResponse,
-    stats::{UrlStats, FIRST_BYTE_SECONDS},
+    stats::UrlStats,
 };
 
 use connect::{chain, io_error_kind, Conn, Url};

@@ -22,13 +22,13 @@ pub struct OriginRequest {
     /// HEAD rather than GET.
     pub head: bool,
     /// What follows the URL's path: the rest of the viewer's path, normalised and
-    /// decoded as `linerate_http::path::resolve` leaves it, then `?` and the raw
-    /// query if any. The path part is percent-encoded here (all but RFC 3986's
-    /// `pchar` and `/`, so a literal `%` is sent as `%25`); the query keeps its
-    /// escapes, and only bytes a URI cannot hold are encoded. A decoded `?` in the
-    /// path cannot be told from the start of the query: a path with one is not
-    /// fillable through this field.
+    /// decoded as `linerate_http::path::resolve` leaves it. It is percent-encoded
+    /// here (all but RFC 3986's `pchar` and `/`, so a literal `%` is sent as `%25`
+    /// and a decoded `?` as `%3F`).
     pub path: Vec<u8>,
+    /// The query, raw: it keeps its escapes, and only bytes a URI cannot hold are
+    /// encoded.
+    pub query: Option<Vec<u8>>,
     /// `Range: bytes=first-last`, inclusive.
     pub range: Option<(u64, u64)>,
     pub if_none_match: Option<Vec<u8>>,
@@ -62,7 +62,7 @@ impl OriginRequest {
     ) -> Result<http::Request<Empty<Bytes>>, String> {
         let mut target = Vec::with_capacity(base_path.len() + self.path.len() + 16);
         target.extend_from_slice(base_path.as_bytes());
-        encode_target(&self.path, &mut target);
+        encode_target(&self.path, self.query.as_deref(), &mut target);
         let uri = http::Uri::from_maybe_shared(Bytes::from(target))
             .map_err(|e| format!("cannot build a request target from {:?}: {e}", self.path.escape_ascii()))?;
         let method = if self.head { http::Method::HEAD } else { http::Method::GET };
@@ -109,12 +109,8 @@ impl OriginRequest {
     }
 }
 
-/// Appends `path` (decoded path, then `?` and the raw query) in URI form.
-fn encode_target(path: &[u8], out: &mut Vec<u8>) {
-    let (path, query) = match path.iter().position(|&b| b == b'?') {
-        Some(i) => (&path[..i], Some(&path[i + 1..])),
-        None => (path, None),
-    };
+/// Appends a decoded `path` and a raw `query` in URI form.
+fn encode_target(path: &[u8], query: Option<&[u8]>, out: &mut Vec<u8>) {
     for &b in path {
         push_encoded(b, is_path_byte(b), out);
     }
@@ -151,9 +147,13 @@ fn is_query_byte(b: u8) -> bool {
 mod tests {
     use super::*;
 
-    fn target(path: &[u8]) -> String {
+    fn target(path_and_query: &[u8]) -> String {
         let mut out = Vec::new();
-        encode_target(path, &mut out);
+        let (path, query) = match path_and_query.iter().position(|&b| b == b'?') {
+            Some(i) => (&path_and_query[..i], Some(&path_and_query[i + 1..])),
+            None => (path_and_query, None),
+        };
+        encode_target(path, query, &mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -165,13 +165,16 @@ mod tests {
         assert_eq!(target(b"x.ts?token=a%20b&t=1"), "x.ts?token=a%20b&t=1");
         assert_eq!(target(b"x.ts?a b\x01{}?"), "x.ts?a%20b%01%7B%7D?");
         assert_eq!(target(b"x.ts?"), "x.ts?");
+        let mut out = Vec::new();
+        encode_target(b"what?.mp4", Some(b"a=1"), &mut out);
+        assert_eq!(out, b"what%3F.mp4?a=1", "a decoded ? in the path is not the query");
     }
 
     #[test]
     fn every_byte_makes_a_valid_target() {
         for b in 0..=255u8 {
-            for path in [vec![b], [b"a?".as_slice(), &[b]].concat()] {
-                let req = OriginRequest { path, ..OriginRequest::default() };
+            for (path, query) in [(vec![b], None), (b"a".to_vec(), Some(vec![b]))] {
+                let req = OriginRequest { path, query, ..OriginRequest::default() };
                 let host = HeaderValue::from_static("h");
                 assert!(req.build("/base/", &host, &[]).is_ok(), "byte {b:#x}");
             }
