@@ -21,13 +21,15 @@ pub enum Status {
     ExpectationFailed,
     HeaderFieldsTooLarge,
     InternalServerError,
+    BadGateway,
     ServiceUnavailable,
+    GatewayTimeout,
     VersionNotSupported,
 }
 
 impl Status {
     /// Every status, in a fixed order (see [`Status::index`]).
-    pub const ALL: [Status; 20] = [
+    pub const ALL: [Status; 22] = [
         Status::Ok,
         Status::NoContent,
         Status::PartialContent,
@@ -46,7 +48,9 @@ impl Status {
         Status::ExpectationFailed,
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
+        Status::BadGateway,
         Status::ServiceUnavailable,
+        Status::GatewayTimeout,
         Status::VersionNotSupported,
     ];
 
@@ -75,7 +79,9 @@ impl Status {
             Status::ExpectationFailed => 417,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
+            Status::BadGateway => 502,
             Status::ServiceUnavailable => 503,
+            Status::GatewayTimeout => 504,
             Status::VersionNotSupported => 505,
         }
     }
@@ -100,9 +106,16 @@ impl Status {
             Status::ExpectationFailed => "Expectation Failed",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::InternalServerError => "Internal Server Error",
+            Status::BadGateway => "Bad Gateway",
             Status::ServiceUnavailable => "Service Unavailable",
+            Status::GatewayTimeout => "Gateway Timeout",
             Status::VersionNotSupported => "HTTP Version Not Supported",
         }
+    }
+
+    /// The status with code `code`, if it is one of these.
+    pub fn from_code(code: u16) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.code() == code)
     }
 
     /// Whether a response with this status never has a body (RFC 9110 section 6.4.1).

@@ -8,8 +8,6 @@ pub mod capacity;
 pub mod config;
 mod counters;
 pub mod demo;
-// Wired into the cache in the next step.
-#[cfg_attr(not(test), allow(dead_code))]
 mod origin;
 pub mod procfs;
 pub mod server;

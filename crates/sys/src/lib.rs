@@ -293,6 +293,14 @@ impl FileStat {
     }
 }
 
+/// An anonymous file in memory (`memfd_create(2)`), close-on-exec: bytes that are
+/// to be sent with `sendfile` like a file's but never kept on disk (a response passed
+/// through from an origin, or one whose cache directory is full).
+pub fn memfd(name: &str) -> io::Result<std::fs::File> {
+    let name = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    Ok(rustix::fs::memfd_create(&name, rustix::fs::MemfdFlags::CLOEXEC)?.into())
+}
+
 /// `fstat` on an open descriptor.
 pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<FileStat> {
     Ok(FileStat::from_raw(&rustix::fs::fstat(fd)?))

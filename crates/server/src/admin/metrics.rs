@@ -177,6 +177,167 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// The pull-through cache's families (see `admin::cache`), when it is on.
+    fn encode_cache(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(c) = super::cache::snapshot(&self.0) else { return Ok(()) };
+        let r = &c.requests;
+        counter(
+            e,
+            "linerate_cache_requests",
+            "Requests under an [[origin]] prefix, by where the object came from.",
+            &[
+                (&[("status", "hit")], r.hit),
+                (&[("status", "miss")], r.miss),
+                (&[("status", "stale")], r.stale),
+                (&[("status", "revalidated")], r.revalidated),
+                (&[("status", "pass")], r.pass),
+            ],
+        )?;
+        counter(e, "linerate_cache_negative_hits", "Cached 404 and 410 answers served.", &[(&[], r.negative)])?;
+        counter(
+            e,
+            "linerate_cache_origin_failures",
+            "Requests answered 502/504 (or the origin's 4xx, uncached) because no object could be had.",
+            &[(&[], r.origin_failures)],
+        )?;
+        counter(
+            e,
+            "linerate_cache_collapsed",
+            "Requests that joined an origin request already under way.",
+            &[(&[], c.collapsed)],
+        )?;
+        counter(
+            e,
+            "linerate_cache_bytes",
+            "Body bytes of cached objects sent, from stored slices (hit) or slices being filled (miss).",
+            &[(&[("source", "hit")], c.hit_bytes), (&[("source", "miss")], c.miss_bytes)],
+        )?;
+        counter(e, "linerate_cache_origin_bytes", "Body bytes received from origins.", &[(&[], c.origin_bytes)])?;
+        counter(e, "linerate_cache_fills", "Slice fills started.", &[(&[], c.fills)])?;
+        counter(
+            e,
+            "linerate_cache_fill_failures",
+            "Slice fills that failed (origin, bad answer, replaced).",
+            &[(&[], c.fill_failures)],
+        )?;
+        counter(
+            e,
+            "linerate_cache_replaced",
+            "Objects found replaced at the origin mid-object, and dropped.",
+            &[(&[], c.replaced)],
+        )?;
+        counter(
+            e,
+            "linerate_cache_store_errors",
+            "Slices or objects the store could not take (disk full, read-only...): passed through instead.",
+            &[(&[], c.store_errors)],
+        )?;
+        gauge(e, "linerate_cache_objects", "Objects in the slice store.", &[(vec![], c.store.objects as i64)])?;
+        let dirs: Vec<(Vec<(&str, String)>, &super::cache::Dir)> =
+            c.store.dirs.iter().map(|d| (vec![("dir", d.path.clone())], d)).collect();
+        type DirGauge = fn(&super::cache::Dir) -> i64;
+        let dir_gauges: [(&str, &str, DirGauge); 4] = [
+            ("linerate_cache_slices", "Slices stored, by cache directory.", |d| d.slices as i64),
+            ("linerate_cache_store_bytes", "Bytes of slices stored, by cache directory.", |d| d.bytes as i64),
+            ("linerate_cache_free_bytes", "Free bytes of each cache directory's file system.", |d| d.free_bytes as i64),
+            ("linerate_cache_writable", "1 when the cache directory takes writes.", |d| i64::from(d.writable)),
+        ];
+        for (name, help, pick) in dir_gauges {
+            let samples: Vec<(Vec<(&str, String)>, i64)> = dirs.iter().map(|(l, d)| (l.clone(), pick(d))).collect();
+            gauge(e, name, help, &samples)?;
+        }
+        type DirCounter = fn(&super::cache::Dir) -> u64;
+        let dir_counters: [(&str, &str, DirCounter); 3] = [
+            ("linerate_cache_evictions", "Slices evicted, by cache directory.", |d| d.evictions),
+            ("linerate_cache_evicted_bytes", "Bytes evicted, by cache directory.", |d| d.evicted_bytes),
+            ("linerate_cache_damaged_slices", "Stored slices found missing or changed, and fetched again.", |d| {
+                d.damaged_slices
+            }),
+        ];
+        for (name, help, pick) in dir_counters {
+            let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, d) in &dirs {
+                m.encode_family(labels)?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&pick(d), None)?;
+            }
+        }
+        let origin_labels: Vec<Vec<(&str, String)>> =
+            c.origins.iter().map(|o| vec![("table", o.table.to_string()), ("url", o.url.clone())]).collect();
+        let mut m = e.encode_descriptor(
+            "linerate_origin_requests",
+            "Requests sent to each origin URL.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            m.encode_family(l)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.requests, None)?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_origin_responses",
+            "Response heads from each origin URL, by status class.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            for (i, n) in o.responses_by_class.iter().enumerate() {
+                let class = format!("{}xx", i + 1);
+                let mut labels = l.clone();
+                labels.push(("class", class));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_origin_body_bytes",
+            "Body bytes received from each origin URL.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.body_bytes, None)?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_origin_errors",
+            "Failed requests to each origin URL, by kind.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            for (kind, n) in &o.errors {
+                let mut labels = l.clone();
+                labels.push(("kind", kind.to_string()));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_origin_open_connections",
+            "Connections open to each origin URL.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            m.encode_family(l)?.encode_gauge(&(o.open_connections as i64))?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_origin_first_byte_seconds",
+            "Time from a request sent to an origin URL to its response head.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (l, o) in origin_labels.iter().zip(&c.origins) {
+            let u = &o.stats;
+            m.encode_family(l)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                u.first_byte_sum_secs,
+                u.first_byte_count,
+                &u.first_byte_buckets,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for Workers {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &*self.0;
@@ -350,6 +511,7 @@ impl Collector for Workers {
         )?;
 
         self.encode_cold(&mut e)?;
+        self.encode_cache(&mut e)?;
         if let Some(log) = &self.0.access_log {
             use std::sync::atomic::Ordering::Relaxed;
             let c = &log.counters;

@@ -15,6 +15,7 @@
 //!   connects and sends nothing for 200 ms (HAProxy's `agent-check` without
 //!   `agent-send`) gets the same line on the bare TCP connection.
 
+mod cache;
 mod cold;
 mod dashboard;
 mod metrics;
@@ -55,6 +56,8 @@ pub struct AdminState {
     pub model_ceiling_gbps: AtomicU64,
     /// The fill pool, for its queue and per-device counters.
     pub fill: Option<Arc<crate::server::pagecache::FillPool>>,
+    /// The pull-through cache, for its counters, its store and its origins.
+    pub cache: Option<Arc<crate::server::cache::Cache>>,
     /// The access log, for its written and dropped record counts.
     pub access_log: Option<Arc<crate::server::access_log::AccessLog>>,
     /// The certificates in use (replaced at each reload), for their expiry.
@@ -358,6 +361,7 @@ mod tests {
             capacity_model: None,
             model_ceiling_gbps: Default::default(),
             fill: None,
+            cache: None,
             access_log: None,
             certificates: Default::default(),
             reloads: Default::default(),

@@ -23,6 +23,9 @@ struct Status<'a> {
     totals: Numbers,
     /// Page-cache hits, fills, disks and memory pressure.
     cold: super::cold::Cold,
+    /// The pull-through cache, when `[[origin]]` tables are configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<super::cache::CacheView>,
     workers: Vec<Worker>,
 }
 
@@ -158,6 +161,7 @@ pub fn json(state: &AdminState, gbps: f64) -> String {
         }),
         totals,
         cold: super::cold::snapshot(state),
+        cache: super::cache::snapshot(state),
         workers,
     };
     serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"

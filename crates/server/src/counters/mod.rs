@@ -142,10 +142,13 @@ pub enum ErrorKind {
     Disk,
     /// A response was sent slower on average than `client_limits.min_send_rate`.
     SlowClient,
+    /// An origin failed (unreachable, 5xx, late, cut short, a wrong answer) while
+    /// its bytes were being relayed: the response was cut.
+    Origin,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::BadRequest,
@@ -153,6 +156,7 @@ impl ErrorKind {
         ErrorKind::Truncated,
         ErrorKind::Disk,
         ErrorKind::SlowClient,
+        ErrorKind::Origin,
     ];
 
     pub fn label(self) -> &'static str {
@@ -164,6 +168,7 @@ impl ErrorKind {
             ErrorKind::Truncated => "truncated",
             ErrorKind::Disk => "disk",
             ErrorKind::SlowClient => "slow_client",
+            ErrorKind::Origin => "origin",
         }
     }
 }

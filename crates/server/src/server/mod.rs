@@ -14,6 +14,7 @@
 //! `settings` is the validated configuration as every layer reads it.
 
 pub(crate) mod access_log;
+pub(crate) mod cache;
 mod conn;
 mod files;
 mod listen;

@@ -270,6 +270,7 @@ impl Journal {
     }
 
     /// Forgets the open file: the next append opens `path` again.
+    #[cfg(test)]
     pub(super) fn reopen(&mut self) {
         self.file = None;
     }

@@ -63,7 +63,6 @@
 //! instead), and places new objects in the other directories.
 
 // Wired into the cache in the next step.
-#![cfg_attr(not(test), allow(dead_code))]
 
 mod compact;
 mod dir;
@@ -887,6 +886,7 @@ impl SliceWriter {
 
     /// The end of the furthest write so far (fills write in order, so the bytes
     /// before it are all there).
+    #[cfg(test)]
     pub fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }

@@ -33,6 +33,10 @@ pub struct Record<'a> {
     pub worker: usize,
     pub cross_domain: bool,
     pub filled: bool,
+    /// Under an `[[origin]]` prefix: HIT, MISS, STALE, REVALIDATED or PASS.
+    pub cache: Option<&'static str>,
+    /// How long the origin took to give the object's head (not on a hit).
+    pub origin: Option<Duration>,
     /// The signed-URL verdict (`Verdict::label`), for paths under a signed prefix.
     pub signed: Option<&'static str>,
     pub user_agent: Option<&'a [u8]>,
@@ -98,6 +102,15 @@ impl Record<'_> {
         num(out, self.worker as u64);
         out.extend_from_slice(if self.cross_domain { b",\"cross_domain\":true" } else { b",\"cross_domain\":false" });
         out.extend_from_slice(if self.filled { b",\"fill\":true" } else { b",\"fill\":false" });
+        if let Some(c) = self.cache {
+            out.extend_from_slice(b",\"cache\":\"");
+            out.extend_from_slice(c.as_bytes());
+            out.extend_from_slice(b"\",\"origin_ms\":");
+            match self.origin {
+                Some(t) => millis(out, t.as_micros()),
+                None => out.extend_from_slice(b"null"),
+            }
+        }
         out.extend_from_slice(b",\"signed\":");
         opt_bytes(self.signed.map(str::as_bytes), out);
         out.extend_from_slice(b",\"user_agent\":");

@@ -26,6 +26,8 @@ pub(super) fn record<'a>(target: &'a [u8], ua: Option<&'a [u8]>) -> Record<'a> {
         worker: 1,
         cross_domain: false,
         filled: true,
+        cache: None,
+        origin: None,
         signed: Some("allowed"),
         user_agent: ua,
         referer: None,

@@ -3,6 +3,7 @@
 //! handed to the page-cache layer.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use linerate_http::conditional::Validators;
 use linerate_http::path::{self, TargetError};
@@ -10,15 +11,17 @@ use linerate_http::plan::{plan_file, Body, FileInfo};
 use linerate_http::{Method, Status};
 use linerate_urlauth::Verdict;
 
+use super::cached::Source;
 use super::simple::{finish_head, start_head};
-use super::{Conn, PATH_BYTES};
+use super::{Conn, Cut, PATH_BYTES};
 use crate::counters::ErrorKind;
+use crate::server::cache::Key;
 use crate::server::files::{Lookup, LookupError, OpenFile};
 use crate::server::pagecache::{PageCache, RangeError};
 use crate::transport::{SendError, Transport};
 
 impl<T: Transport, P: PageCache> Conn<'_, T, P> {
-    pub(super) async fn respond(&mut self, keep_alive: bool) -> Result<(), RangeError> {
+    pub(super) async fn respond(&mut self, keep_alive: bool) -> Result<(), Cut> {
         match self.req.method {
             Method::Other => Ok(self.send_error(Status::MethodNotAllowed, keep_alive).await?),
             Method::Options => Ok(self.send_options(keep_alive).await?),
@@ -26,7 +29,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         }
     }
 
-    async fn send_target(&mut self, keep_alive: bool) -> Result<(), RangeError> {
+    async fn send_target(&mut self, keep_alive: bool) -> Result<(), Cut> {
         if self.path.capacity() == 0 {
             self.path.reserve(PATH_BYTES);
         }
@@ -76,6 +79,16 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 return Ok(self.send_error(status, keep_alive).await?);
             }
         }
+        // Under an [[origin]] prefix: the pull-through cache answers.
+        if let Some(cache) = &self.worker.cache {
+            absolute_path(&self.path, dir_syntax, &mut self.scratch);
+            if let Some((table, rest)) = cache.origins.route(&self.scratch) {
+                let args = &cache.origins.table(table).key_args;
+                let key = Arc::new(Key::new(&self.scratch, rest, target.query, args));
+                let cache = cache.clone();
+                return self.send_cached(&cache, table, key, keep_alive).await;
+            }
+        }
         let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
         let file = match lookup {
             Ok(Lookup::File(_)) if dir_syntax => return Ok(self.send_error(Status::NotFound, keep_alive).await?),
@@ -111,25 +124,39 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         Ok(None)
     }
 
-    async fn send_file(&mut self, file: &Rc<OpenFile>, keep_alive: bool) -> Result<(), RangeError> {
-        let settings = self.settings;
-        let content_type = settings.content_type(&self.path);
+    async fn send_file(&mut self, file: &Rc<OpenFile>, keep_alive: bool) -> Result<(), Cut> {
         let info = FileInfo {
             len_bytes: file.stat.size_bytes,
             validators: Validators { etag: &file.etag, last_modified_secs: file.stat.mtime_secs() },
-            content_type,
+            content_type: self.settings.content_type(&self.path),
             now_secs: self.worker.date.borrow_mut().now_secs(),
         };
+        self.send_planned(&info, &Source::File(file), keep_alive).await
+    }
+
+    /// Plans the response to a GET or HEAD for a representation described by
+    /// `info` (preconditions, ranges), writes its head, and sends its body from
+    /// `source`: whole, one range, or the parts of a multipart answer.
+    pub(super) async fn send_planned(
+        &mut self,
+        info: &FileInfo<'_>,
+        source: &Source<'_>,
+        keep_alive: bool,
+    ) -> Result<(), Cut> {
+        let settings = self.settings;
         let max_ranges = settings.config.limits.max_ranges;
-        let plan = plan_file(&self.req, &info, max_ranges, self.worker.next_boundary_seed());
+        let plan = plan_file(&self.req, info, max_ranges, self.worker.next_boundary_seed());
         let mut h = start_head(&mut self.head, self.worker, settings, plan.status);
-        plan.write_fields(&mut h, &info, max_ranges > 0);
+        plan.write_fields(&mut h, info, max_ranges > 0);
         if !settings.config.cache_control.is_empty()
             && matches!(plan.status, Status::Ok | Status::PartialContent | Status::NotModified)
         {
             h.field("Cache-Control", settings.config.cache_control.as_bytes());
         }
         h.rendered(&settings.cors_fields);
+        if let (true, Some(cache)) = (settings.config.debug_headers, self.ex.cache) {
+            h.field("X-Cache", cache.label().as_bytes());
+        }
         finish_head(h, keep_alive, self.req.version);
         self.worker.counters.response(plan.status);
         self.worker.counters.head_bytes.add(self.head.len() as u64);
@@ -154,11 +181,11 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             }
             Body::Range(r) => {
                 self.io.write_all(&self.head, true).await?;
-                self.send_range(file, r.first, r.len_bytes(), true).await
+                self.send_body(source, r.first, r.len_bytes(), true).await
             }
             Body::Multipart(mp) => {
                 for (i, r) in mp.ranges.iter().enumerate() {
-                    mp.write_part_head(i, content_type, info.len_bytes, &mut self.scratch);
+                    mp.write_part_head(i, info.content_type, info.len_bytes, &mut self.scratch);
                     if i == 0 {
                         // The response head and the first part header leave together.
                         self.head.extend_from_slice(&self.scratch);
@@ -167,7 +194,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                         self.io.write_all(&self.scratch, true).await?;
                     }
                     self.count_memory_body(self.scratch.len());
-                    self.send_range(file, r.first, r.len_bytes(), false).await?;
+                    self.send_body(source, r.first, r.len_bytes(), false).await?;
                 }
                 mp.write_closing(&mut self.scratch);
                 self.io.write_all(&self.scratch, false).await?;
@@ -175,12 +202,27 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 Ok(())
             }
         };
-        if let (Ok(()), Body::Range(r)) = (&sent, &plan.body) {
+        if let (Ok(()), Body::Range(r), Source::File(file)) = (&sent, &plan.body, source) {
             if self.worker.page_chooser.choose() {
                 self.sample_page_nodes(file, r.first, r.len_bytes());
             }
         }
         sent
+    }
+
+    /// Sends a body range from `source`: a local file, or a cached object.
+    async fn send_body(&mut self, source: &Source<'_>, offset: u64, len: u64, read_on: bool) -> Result<(), Cut> {
+        match source {
+            Source::File(file) => Ok(self.send_range(file, offset, len, read_on).await?),
+            Source::Object(o) => {
+                let worker = self.worker;
+                let pages = worker.pages.as_ref();
+                let (io, progress) = (&mut self.io, &mut self.ex.progress);
+                Ok(o.cache
+                    .send_range(io, pages, &worker.slices, o.table, o.key, o.meta, offset, len, read_on, progress)
+                    .await?)
+            }
+        }
     }
 
     /// Sends a body range: through the page-cache path when there is one (so a

@@ -12,8 +12,12 @@ use tokio::sync::Notify;
 use crate::counters::tcp_info::{Chooser, Sampler};
 use crate::counters::WorkerCounters;
 use crate::server::access_log::WorkerLog;
+use crate::server::cache::{Cache, SliceFiles};
 use crate::server::files::FileCache;
 use crate::server::pagecache::ColdPath;
+
+/// Stored slices a worker keeps open.
+const SLICE_FILES: usize = 4096;
 
 /// What a connection needs from the worker that owns it, and nothing more: the
 /// worker's open-file cache, Date cache, counters, page-cache path and shutdown
@@ -28,6 +32,10 @@ pub struct Context<P = ColdPath> {
     /// The page-cache path, when `fill.enabled`: body ranges go through it, so
     /// that cold ones are read by the fill pool, never by the worker.
     pub pages: Option<P>,
+    /// The pull-through cache, when `[[origin]]` tables are configured.
+    pub cache: Option<Arc<Cache>>,
+    /// This worker's open stored slices.
+    pub slices: SliceFiles,
     /// Picks the responses whose page-cache nodes are sampled.
     pub page_chooser: Chooser,
     /// `X-Linerate-Worker: ...` (debug_headers), pre-rendered.
@@ -62,6 +70,8 @@ impl<P> Context<P> {
             date: RefCell::new(DateCache::default()),
             counters,
             pages,
+            cache: None,
+            slices: SliceFiles::new(SLICE_FILES),
             page_chooser,
             debug_field,
             signed: RefCell::new(Arc::new(Rules::new())),
@@ -71,6 +81,12 @@ impl<P> Context<P> {
             boundary_salt,
             log: None,
         }
+    }
+
+    /// Gives the connections the pull-through cache.
+    pub fn with_cache(mut self, cache: Option<Arc<Cache>>) -> Context<P> {
+        self.cache = cache;
+        self
     }
 
     /// Gives the connections an access log to write to.

@@ -8,6 +8,7 @@ use linerate_urlauth::Verdict;
 
 use super::Conn;
 use crate::server::access_log::Record;
+use crate::server::cache::CacheStatus;
 use crate::server::pagecache::{PageCache, Progress};
 use crate::transport::Transport;
 
@@ -27,6 +28,11 @@ pub(super) struct Exchange {
     /// When the first bytes went, and whether a body range waited for a disk
     /// fill (the format prints timings when `progress.timed`).
     pub progress: Progress,
+    /// Under an `[[origin]]` prefix: what the object came from.
+    pub cache: Option<CacheStatus>,
+    /// How long the origin took to give the object's head, in microseconds (not
+    /// on a hit; kept small: every connection's future carries it).
+    pub origin_us: Option<u32>,
     /// The signed-URL verdict, when the path is under a signed prefix.
     pub signed: Option<Verdict>,
 }
@@ -96,6 +102,8 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             worker: self.worker.index,
             cross_domain: self.cross_domain,
             filled: ex.progress.filled,
+            cache: ex.cache.map(CacheStatus::label),
+            origin: ex.origin_us.map(|us| std::time::Duration::from_micros(u64::from(us))),
             signed: ex.signed.map(Verdict::label),
             user_agent: self.req.user_agent(),
             referer: self.req.referer(),

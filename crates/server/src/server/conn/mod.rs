@@ -27,6 +27,7 @@
 //! one call each.
 
 mod answer;
+mod cached;
 mod context;
 mod exchange;
 mod read;
@@ -42,7 +43,8 @@ pub use context::{ConnInfo, Context, TlsInfo};
 use exchange::Exchange;
 use read::HeadEnd;
 
-use super::pagecache::{PageCache, RangeError};
+use super::cache::{Failure, ServeError};
+use super::pagecache::{FillError, PageCache, RangeError};
 
 /// First allocation of a response head and of a request's path (they are freed
 /// between requests): room for a typical one at once, not grown by doubling.
@@ -52,6 +54,43 @@ use super::settings::Settings;
 use crate::counters::tcp_info::{Sampler, TcpFigures};
 use crate::counters::{ConnState, ErrorKind, StateTracker};
 use crate::transport::{SendError, Transport};
+
+/// Why a response ended before its body was whole (its head is out, so the only
+/// honest answer is to close), or why the connection closes after it.
+#[derive(Debug)]
+enum Cut {
+    Send(SendError),
+    /// A disk read the body needed failed or was late.
+    Disk(FillError),
+    /// The origin failed while its bytes were being relayed.
+    Origin(Failure),
+    /// Complete, but ends with the connection (a body whose end is the close).
+    Close,
+}
+
+impl From<SendError> for Cut {
+    fn from(e: SendError) -> Cut {
+        Cut::Send(e)
+    }
+}
+
+impl From<RangeError> for Cut {
+    fn from(e: RangeError) -> Cut {
+        match e {
+            RangeError::Send(e) => Cut::Send(e),
+            RangeError::Fill(e) => Cut::Disk(e),
+        }
+    }
+}
+
+impl From<ServeError> for Cut {
+    fn from(e: ServeError) -> Cut {
+        match e {
+            ServeError::Range(e) => e.into(),
+            ServeError::Origin(f) => Cut::Origin(f),
+        }
+    }
+}
 
 /// Serves one connection until it closes.
 pub async fn serve<T: Transport, P: PageCache>(io: T, worker: &Context<P>, settings: &Settings, info: ConnInfo) {
@@ -75,6 +114,7 @@ pub async fn serve<T: Transport, P: PageCache>(io: T, worker: &Context<P>, setti
         tls,
         ex: Exchange::default(),
         tcp: None,
+        head_at: (0, 0),
     };
     let ending = conn.run(&mut state, sampler.as_ref()).await;
     conn.count_body_bytes();
@@ -119,6 +159,8 @@ struct Conn<'a, T, P> {
     ex: Exchange,
     /// The last TCP_INFO sample of a sampled connection.
     tcp: Option<TcpFigures>,
+    /// Where the current request's head lies in `buf` (empty once moved).
+    head_at: (u32, u32),
 }
 
 impl<T: Transport, P: PageCache> Conn<'_, T, P> {
@@ -159,6 +201,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 }
             };
             self.begin_exchange();
+            self.head_at = (self.pos as u32, (self.pos + head_len) as u32);
             self.pos += head_len;
             self.scanned = self.pos;
             if let Err(status) = self.discard_body().await {
@@ -203,13 +246,18 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 Ok(()) => {}
                 Err(e) => {
                     let kind = match e {
-                        RangeError::Send(SendError::Timeout) => ErrorKind::Timeout,
-                        RangeError::Send(SendError::TooSlow) => ErrorKind::SlowClient,
-                        RangeError::Send(SendError::Truncated) => ErrorKind::Truncated,
-                        RangeError::Send(SendError::Io(_)) => ErrorKind::Reset,
-                        RangeError::Fill(e) => {
+                        Cut::Close => return Ending::Quiet,
+                        Cut::Send(SendError::Timeout) => ErrorKind::Timeout,
+                        Cut::Send(SendError::TooSlow) => ErrorKind::SlowClient,
+                        Cut::Send(SendError::Truncated) => ErrorKind::Truncated,
+                        Cut::Send(SendError::Io(_)) => ErrorKind::Reset,
+                        Cut::Disk(e) => {
                             tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "{e}");
                             ErrorKind::Disk
+                        }
+                        Cut::Origin(f) => {
+                            tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "origin: {f}");
+                            ErrorKind::Origin
                         }
                     };
                     if kind == ErrorKind::Truncated {

@@ -92,6 +92,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
     fn make_room(&mut self) {
         if self.pos > 0 {
             self.buf.drain(..self.pos);
+            self.head_at = (0, 0);
             // Body bytes consumed past the scanned head end leave nothing scanned.
             self.scanned = self.scanned.saturating_sub(self.pos);
             self.pos = 0;

@@ -170,8 +170,6 @@ impl Admission {
     /// Demand per byte of every file the estimate knows (the passes over it),
     /// decayed to `now`; read-only, under one lock of the table. The slice store
     /// ranks its evictions by it, so a slice popular in memory stays on disk too.
-    // Wired into the cache in the next step.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn densities(&self, now: Instant) -> HashMap<FileId, f64> {
         let t = lock(&self.table);
         let f = if now > t.at { decay_factor(now - t.at, self.half_life) } else { 1.0 };

@@ -98,6 +98,12 @@ fn load(
         tracing::warn!("`fill` settings take effect at restart");
         config.fill = running.fill.clone();
     }
+    if config.origin != running.origin || config.cache != running.cache {
+        // The origin clients, their runtime and the slice store are built at start.
+        tracing::warn!("`[[origin]]` and `[cache]` changes take effect at restart");
+        config.origin = running.origin.clone();
+        config.cache = running.cache.clone();
+    }
     if config.pid_file != running.pid_file {
         tracing::warn!("`pid_file` changes take effect at restart");
         config.pid_file = running.pid_file.clone();

@@ -21,6 +21,7 @@ use crate::admin::{self, AdminState};
 use crate::config::Config;
 use crate::counters::WorkerCounters;
 use crate::server::access_log::AccessLog;
+use crate::server::cache::Cache;
 use crate::server::listen::{self, steering};
 use crate::server::pagecache::FillPool;
 use crate::server::settings::Settings;
@@ -95,6 +96,7 @@ pub fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
         true => Some(FillPool::start(&settings.config.fill, settings.config.numa.placement, &topology, &plan)?),
         false => None,
     };
+    let cache = start_cache(&settings.config, fill.as_ref(), plan.domains.len())?;
     let access_log = match settings.config.access_log.file() {
         Some(path) => Some(
             AccessLog::start(path)
@@ -142,6 +144,7 @@ pub fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
             cpus: plan.worker_cpus(index),
             cpu_domains: cpu_domains.clone(),
             fill: fill.clone(),
+            cache: cache.clone(),
             access_log: access_log.clone(),
             clients: clients.clone(),
             listeners,
@@ -192,6 +195,7 @@ pub fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
         capacity_model,
         model_ceiling_gbps: Default::default(),
         fill,
+        cache,
         access_log: access_log.clone(),
         certificates: std::sync::Mutex::new(super::certificates_of(&settings)),
         reloads: Default::default(),
@@ -277,6 +281,31 @@ pub fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
         pending: None,
         next_expiry_check: Instant::now() + EXPIRY_CHECK_EVERY,
     })
+}
+
+/// The pull-through cache of the `[[origin]]` tables, if any: the slice store
+/// opened (its index replayed) and the origin runtime started, with one thread per
+/// NUMA domain and at least two. The store's eviction ranks slices by the
+/// page-cache admission's demand estimate, when there is one.
+fn start_cache(config: &Config, fill: Option<&Arc<FillPool>>, domains: usize) -> anyhow::Result<Option<Arc<Cache>>> {
+    if config.origin.is_empty() {
+        return Ok(None);
+    }
+    let admission = fill.filter(|f| f.admission.is_some()).cloned();
+    let popularity: crate::store::Popularity = Box::new(move || match &admission {
+        Some(pool) => pool.admission.as_ref().map(|a| a.densities(Instant::now())).unwrap_or_default(),
+        None => Default::default(),
+    });
+    let opened = Instant::now();
+    let store = crate::store::Store::open(&config.cache, popularity).context("cache")?;
+    tracing::info!(
+        took_ms = opened.elapsed().as_millis() as u64,
+        slice_bytes = config.cache.slice_bytes,
+        dirs = config.cache.dirs.len(),
+        "cache store open"
+    );
+    let origins = crate::origin::Origins::start(&config.origin, domains.max(2))?;
+    Ok(Some(Cache::new(origins, store)))
 }
 
 /// Attaches the steering program to each listener group (through one member of

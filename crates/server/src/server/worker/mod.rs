@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::counters::tcp_info::{Chooser, Sampler};
 use crate::counters::{ErrorKind, Refusal, WorkerCounters};
 use crate::server::access_log::{AccessLog, WorkerLog};
+use crate::server::cache::Cache;
 use crate::server::conn;
 use crate::server::files::FileCache;
 use crate::server::pagecache::{ColdPath, FillPool};
@@ -92,6 +93,8 @@ pub struct Launch {
     /// Silo of each CPU (index = CPU), for counting cross-domain connections.
     pub cpu_domains: Arc<Vec<Option<usize>>>,
     pub fill: Option<Arc<FillPool>>,
+    /// The pull-through cache, when `[[origin]]` tables are configured.
+    pub cache: Option<Arc<Cache>>,
     pub access_log: Option<Arc<AccessLog>>,
     /// The process-wide table behind the per-client limits.
     pub clients: Arc<ClientTable>,
@@ -123,6 +126,7 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
         mut control,
         cpu_domains,
         fill,
+        cache,
         access_log,
         clients,
         started,
@@ -144,7 +148,8 @@ async fn serve(launch: Launch) -> anyhow::Result<()> {
     let boundary_salt = ((index as u64) << 48) ^ u64::from(std::process::id());
     let pages = fill.map(|pool| ColdPath::new(pool, counters.clone()));
     let ctx = conn::Context::new(index, files, counters, pages, page_chooser, debug_field, boundary_salt)
-        .with_log(access_log.map(WorkerLog::new));
+        .with_log(access_log.map(WorkerLog::new))
+        .with_cache(cache);
     *ctx.signed.borrow_mut() = settings.signed.clone();
     let worker = Rc::new(Worker {
         ctx,

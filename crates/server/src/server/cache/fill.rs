@@ -1,0 +1,297 @@
+//! Slice fills: one origin request per slice however many viewers want it, its
+//! body written into a file that every waiting viewer reads as it grows.
+//!
+//! A fill runs on the origin runtime. It publishes its progress on a watch channel
+//! ([`FillState`]): the file to read (the store's temporary file of the slice, or a
+//! file in memory when the store cannot take it) and how many bytes of it are
+//! written. Viewers, on their workers, wait for the count to pass what they have
+//! sent and `sendfile` the new bytes: every viewer receives bytes as they arrive
+//! from the origin, and one who joins late first gets what is already written. The
+//! bytes just written are in the page cache, so these sends never wait for a disk.
+//!
+//! A fill is finished even when every viewer has left: it is one slice at most,
+//! and the next viewer of the title most likely wants it. When the origin fails
+//! mid-slice, the body is too short or too long, or the object turns out replaced
+//! (its validators or size changed), the fill ends with a [`Failure`]: the waiting
+//! responses are cut (they can only close: their heads are out), and the slice is
+//! not kept. A replaced object is dropped from the store, so the next request
+//! starts on the new version; no response ever mixes two.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::meta::same_version;
+use super::{Cache, Key, LOG_ONCE_STORE};
+use crate::origin::{OriginError, OriginRequest, OriginResponse};
+use crate::store::{ObjectMeta, SliceWriter, StoreError};
+
+/// A fill's progress, as viewers see it.
+#[derive(Clone, Debug, Default)]
+pub struct FillState {
+    /// What to read the slice from, once the fill has a place to write it.
+    pub file: Option<Arc<File>>,
+    /// Bytes of the slice written so far, from its start.
+    pub written: u64,
+    /// Set once the fill ended.
+    pub end: Option<Result<(), Failure>>,
+}
+
+/// Why a fill did not bring its slice (or the object's head) in.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The origin could not be reached, answered 5xx, timed out or reset.
+    #[error("origin {kind}: {detail}")]
+    Origin { kind: &'static str, detail: String, timeout: bool },
+    /// The origin's answer does not fit what was asked (a wrong Content-Range, a
+    /// body longer or shorter than the slice, a status that makes no sense here).
+    #[error("bad answer from the origin: {0}")]
+    BadResponse(String),
+    /// The object changed at the origin (other validators or size): dropped.
+    #[error("the origin replaced the object")]
+    Replaced,
+}
+
+impl Failure {
+    pub fn origin(e: OriginError) -> Failure {
+        let timeout = matches!(e, OriginError::Timeout(_));
+        Failure::Origin { kind: e.kind(), detail: e.to_string(), timeout }
+    }
+
+    /// The status a viewer gets when this happens before its head is out.
+    pub fn status(&self) -> u16 {
+        match self {
+            Failure::Origin { timeout: true, .. } => 504,
+            _ => 502,
+        }
+    }
+}
+
+/// Where a fill writes: the store, or memory when the store cannot take the slice.
+enum Sink {
+    Store(SliceWriter),
+    Memory(Arc<File>),
+}
+
+impl Sink {
+    fn file(&self) -> Arc<File> {
+        match self {
+            Sink::Store(w) => w.file().clone(),
+            Sink::Memory(f) => f.clone(),
+        }
+    }
+}
+
+/// The first and last byte of slice `index` of an object of `size` bytes.
+pub fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64) {
+    let first = index * slice_bytes;
+    (first, (first + slice_bytes).min(size).saturating_sub(1))
+}
+
+impl Cache {
+    /// The fill of slice `index` of `key`: the one under way, or a new one (with
+    /// `response` as its origin answer when the caller already has it). Returns its
+    /// progress and whether it was joined rather than started.
+    pub(super) fn slice_fill(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        meta: &Arc<ObjectMeta>,
+        index: u64,
+        response: Option<OriginResponse>,
+    ) -> (watch::Receiver<FillState>, bool) {
+        let mut fills = super::lock(&self.fills);
+        if let Some(rx) = fills.get(&(key.hash, index)) {
+            return (rx.clone(), true);
+        }
+        let (tx, rx) = watch::channel(FillState::default());
+        fills.insert((key.hash, index), rx.clone());
+        drop(fills);
+        self.stats.fills.add(1);
+        let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());
+        self.origins.spawn(async move {
+            let result = cache.run_fill(table, &key, &meta, index, response, &tx).await;
+            if let Err(f) = &result {
+                cache.stats.fill_failures.add(1);
+                tracing::debug!(key = %String::from_utf8_lossy(&key.text), index, "slice fill failed: {f}");
+                if *f == Failure::Replaced {
+                    cache.store.drop_object(&key.hash);
+                    cache.stats.replaced.add(1);
+                }
+            }
+            tx.send_modify(|s| s.end = Some(result));
+            super::lock(&cache.fills).remove(&(key.hash, index));
+        });
+        (rx, false)
+    }
+
+    async fn run_fill(
+        &self,
+        table: usize,
+        key: &Key,
+        meta: &ObjectMeta,
+        index: u64,
+        response: Option<OriginResponse>,
+        tx: &watch::Sender<FillState>,
+    ) -> Result<(), Failure> {
+        let (first, last) = slice_bounds(index, self.slice_bytes, meta.size);
+        let len = last + 1 - first;
+        let mut response = match response {
+            Some(r) => r,
+            None => {
+                let req = OriginRequest {
+                    path: key.origin_path.clone(),
+                    query: key.origin_query.clone(),
+                    range: Some((first, last)),
+                    ..OriginRequest::default()
+                };
+                let r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
+                check_slice_answer(meta, &r, first, last)?;
+                r
+            }
+        };
+        let mut sink = self.sink(key, index, len);
+        tx.send_modify(|s| s.file = Some(sink.file()));
+        let mut written = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(Failure::origin)? {
+            if written + chunk.len() as u64 > len {
+                self.abort(sink);
+                return Err(Failure::BadResponse(format!("body longer than the {len} bytes asked for")));
+            }
+            if let Err(e) = write(&sink, &chunk, written) {
+                // The store failed mid-slice (disk full...): carry on in memory.
+                sink = self.to_memory(sink, written, &e)?;
+                tx.send_modify(|s| s.file = Some(sink.file()));
+                write(&sink, &chunk, written).map_err(|e| Failure::BadResponse(format!("memory: {e}")))?;
+            }
+            written += chunk.len() as u64;
+            self.stats.origin_bytes.add(chunk.len() as u64);
+            tx.send_modify(|s| s.written = written);
+        }
+        if written != len {
+            self.abort(sink);
+            return Err(Failure::BadResponse(format!("body of {written} bytes, {len} asked for")));
+        }
+        match sink {
+            Sink::Store(w) => match self.store.commit_slice(w) {
+                Ok(_) => self.stats.stored_slices.add(1),
+                Err(e) => tracing::debug!("slice not kept: {e}"),
+            },
+            Sink::Memory(_) => self.stats.unstored_slices.add(1),
+        }
+        Ok(())
+    }
+
+    /// A place for the slice: the store's, or a file in memory when the store
+    /// cannot take it (logged once, counted).
+    fn sink(&self, key: &Key, index: u64, len: u64) -> Sink {
+        match self.store.begin_slice(&key.hash, index, len) {
+            Ok(w) => Sink::Store(w),
+            Err(e) => {
+                self.note_store_error(&e);
+                Sink::Memory(Arc::new(memory_file()))
+            }
+        }
+    }
+
+    pub(super) fn note_store_error(&self, e: &StoreError) {
+        if !matches!(e, StoreError::NoObject) {
+            self.stats.store_errors.add(1);
+            if !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");
+            }
+        }
+    }
+
+    /// Moves a fill from the store to memory after the store failed (`why`), with
+    /// the `written` bytes it had.
+    fn to_memory(&self, sink: Sink, written: u64, why: &StoreError) -> Result<Sink, Failure> {
+        self.note_store_error(why);
+        let Sink::Store(w) = sink else {
+            return Err(Failure::BadResponse(format!("memory: {why}")));
+        };
+        let memory = memory_file();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut at = 0;
+        while at < written {
+            let n = ((written - at) as usize).min(buf.len());
+            w.file().read_exact_at(&mut buf[..n], at).map_err(|e| Failure::BadResponse(format!("reread: {e}")))?;
+            memory.write_all_at(&buf[..n], at).map_err(|e| Failure::BadResponse(format!("memory: {e}")))?;
+            at += n as u64;
+        }
+        self.store.abort_slice(w);
+        Ok(Sink::Memory(Arc::new(memory)))
+    }
+
+    fn abort(&self, sink: Sink) {
+        if let Sink::Store(w) = sink {
+            self.store.abort_slice(w);
+        }
+    }
+}
+
+fn write(sink: &Sink, bytes: &[u8], at: u64) -> Result<(), StoreError> {
+    match sink {
+        Sink::Store(w) => w.write_at(bytes, at),
+        Sink::Memory(f) => Ok(f.write_all_at(bytes, at)?),
+    }
+}
+
+/// A file in memory for bytes that are sent but not kept.
+pub fn memory_file() -> File {
+    linerate_sys::memfd("linerate-slice").unwrap_or_else(|e| {
+        // memfd_create exists since Linux 3.17; without it, an unlinked file in /tmp.
+        tracing::warn!("memfd_create failed ({e}); passing through a temporary file");
+        tempfile::tempfile().expect("a temporary file for a passed-through response")
+    })
+}
+
+/// Checks an origin's answer to the request for bytes `first..=last` of the object
+/// `meta` describes: a 206 of exactly that range of an object of the same size and
+/// version, or a 200 of the whole object when it is that range.
+pub fn check_slice_answer(meta: &ObjectMeta, r: &OriginResponse, first: u64, last: u64) -> Result<(), Failure> {
+    match r.status {
+        206 => {
+            let cr = r.content_range().map_err(|e| Failure::BadResponse(e.to_string()))?;
+            let Some(cr) = cr else { return Err(Failure::BadResponse("206 without Content-Range".into())) };
+            if cr.total.is_some_and(|t| t != meta.size) {
+                return Err(Failure::Replaced);
+            }
+            if cr.first != Some((first, last)) {
+                return Err(Failure::BadResponse(format!(
+                    "asked for bytes {first}-{last}, got {:?} of {:?}",
+                    cr.first, cr.total
+                )));
+            }
+        }
+        200 if first == 0 && last + 1 == meta.size => {}
+        200 => return Err(Failure::BadResponse("the origin ignored Range".into())),
+        404 | 410 | 412 => return Err(Failure::Replaced),
+        s => return Err(Failure::BadResponse(format!("status {s} to a slice request"))),
+    }
+    if !same_version(meta, &r.headers) {
+        return Err(Failure::Replaced);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_are_aligned_and_the_last_is_short() {
+        assert_eq!(slice_bounds(0, 100, 250), (0, 99));
+        assert_eq!(slice_bounds(2, 100, 250), (200, 249));
+        assert_eq!(slice_bounds(1, 100, 200), (100, 199));
+    }
+
+    #[test]
+    fn failures_map_to_gateway_statuses() {
+        let t = Failure::Origin { kind: "timeout", detail: String::new(), timeout: true };
+        assert_eq!(t.status(), 504);
+        assert_eq!(Failure::Replaced.status(), 502);
+    }
+}

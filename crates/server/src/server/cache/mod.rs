@@ -1,0 +1,393 @@
+//! The pull-through cache: requests under an `[[origin]]` prefix are answered from
+//! the slice store ([`crate::store`]), which fills itself from the origin
+//! ([`crate::origin`]) on a miss.
+//!
+//! A miss's life (docs/CACHE.md has the whole model):
+//!
+//! 1. **Key** (`key`): the normalised path and the query arguments the table
+//!    names; nothing else splits the cache.
+//! 2. **Head** ([`Cache::open`]): the object's metadata (size, validators, media
+//!    type, freshness) from the store's index; fresh, it is a hit. Missing, one
+//!    origin request for the slice holding the viewer's first byte brings it in,
+//!    however many viewers ask at once (they wait on the same request, and the
+//!    head and first bytes reach each as soon as they arrive). Stale, it is
+//!    revalidated (`If-None-Match` / `If-Modified-Since`; a 304 refreshes it
+//!    without a refetch), in the background within `stale-while-revalidate`, or
+//!    served stale within `stale-if-error` when the origin fails. 404 and 410 are
+//!    kept for `negative_ttl`. A response that may not be stored for every viewer
+//!    (`no-store`, `private`, `Set-Cookie`, `Vary` other than `Accept-Encoding`, no
+//!    length) is passed through to each viewer by a request of its own (`pass`).
+//! 3. **Slices** (`fill`, `serve`): the viewer's ranges map onto aligned slices of
+//!    `cache.slice_bytes`. A stored slice is a file, sent exactly as local content
+//!    is: `sendfile` or kernel TLS, through the page-cache path (residency check and
+//!    fill pool). A missing one is fetched with a `Range` request, once for all its
+//!    viewers, who receive its bytes as they arrive; it becomes visible in the store
+//!    only once complete and consistent.
+//!
+//! Origin requests and fills run on the origin runtime; workers only wait on
+//! channels, so a worker never waits on the network to an origin.
+
+mod fill;
+mod key;
+mod meta;
+mod pass;
+pub mod serve;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+pub use fill::{Failure, FillState};
+pub use key::Key;
+pub use meta::Uncacheable;
+pub use serve::{ServeError, SliceFiles};
+
+use crate::origin::{OriginRequest, Origins};
+use crate::store::{KeyHash, ObjectMeta, Store};
+use fill::slice_bounds;
+use meta::{object_meta, refreshed, same_version, storable};
+
+/// How long a key whose answer could not be stored is passed through without
+/// asking whether it could be now (Varnish's "hit-for-pass").
+const PASS_MEMO: Duration = Duration::from_secs(10);
+
+static LOG_ONCE_STORE: AtomicBool = AtomicBool::new(false);
+
+/// What a response's object came from, for the access log and the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Fresh in the store.
+    Hit,
+    /// Fetched from the origin for this request (or one it joined).
+    Miss,
+    /// Served past its freshness (revalidating in the background, or the origin
+    /// failing within `stale-if-error`).
+    Stale,
+    /// Stale, and confirmed by the origin (a 304, or the same version).
+    Revalidated,
+    /// Not storable: passed through from the origin.
+    Pass,
+}
+
+impl CacheStatus {
+    pub fn label(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Stale => "STALE",
+            CacheStatus::Revalidated => "REVALIDATED",
+            CacheStatus::Pass => "PASS",
+        }
+    }
+}
+
+/// The answer to "what is this object?".
+#[derive(Clone, Debug)]
+pub enum Opened {
+    Object {
+        meta: Arc<ObjectMeta>,
+        status: CacheStatus,
+    },
+    /// Not storable: ask the origin for this viewer alone.
+    Pass(Uncacheable),
+    /// The origin answered a status that is passed on uncached (403, 400...).
+    Status(u16),
+    /// No answer could be had, and nothing stale may be served.
+    Failed(Failure),
+}
+
+/// A counter several threads add to (one atomic add).
+#[derive(Debug, Default)]
+pub struct Tally(AtomicU64);
+
+impl Tally {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The cache's counters, shared by the workers and the origin runtime: one atomic
+/// add per cached response and per fill event, read by the admin endpoint.
+#[derive(Default)]
+pub struct CacheStats {
+    pub hits: Tally,
+    pub misses: Tally,
+    /// Requests that joined an origin request already under way (heads and slices).
+    pub collapsed: Tally,
+    pub stale: Tally,
+    pub revalidated: Tally,
+    pub passes: Tally,
+    pub negative_hits: Tally,
+    pub origin_failures: Tally,
+    /// Body bytes sent from stored slices, and from slices being filled.
+    pub hit_bytes: Tally,
+    pub miss_bytes: Tally,
+    /// Body bytes received from origins for slices and passed-through responses.
+    pub origin_bytes: Tally,
+    pub fills: Tally,
+    pub fill_failures: Tally,
+    pub stored_slices: Tally,
+    pub unstored_slices: Tally,
+    pub replaced: Tally,
+    pub store_errors: Tally,
+}
+
+/// The cache, shared by every worker.
+pub struct Cache {
+    pub origins: Arc<Origins>,
+    pub store: Arc<Store>,
+    slice_bytes: u64,
+    /// Slice fills under way, by object and slice.
+    fills: Mutex<HashMap<(KeyHash, u64), watch::Receiver<FillState>>>,
+    /// Head requests (first fetches and revalidations) under way, by object.
+    opening: Mutex<HashMap<KeyHash, watch::Receiver<Option<Opened>>>>,
+    /// Keys passed through lately, and until when.
+    passing: Mutex<HashMap<KeyHash, (Instant, Uncacheable)>>,
+    pub stats: CacheStats,
+}
+
+impl Cache {
+    pub fn new(origins: Arc<Origins>, store: Arc<Store>) -> Arc<Cache> {
+        Arc::new(Cache {
+            slice_bytes: store.slice_bytes(),
+            origins,
+            store,
+            fills: Mutex::default(),
+            opening: Mutex::default(),
+            passing: Mutex::default(),
+            stats: CacheStats::default(),
+        })
+    }
+
+    /// The object `key` names: from the store when fresh, else from the origin
+    /// (one request for every viewer asking at once). `want` is the first byte the
+    /// viewer asks for: on a miss, the slice holding it comes with the head.
+    pub async fn open(self: &Arc<Cache>, table: usize, key: &Arc<Key>, want: u64) -> Opened {
+        if let Some(why) = self.passing(&key.hash) {
+            self.stats.passes.add(1);
+            return Opened::Pass(why);
+        }
+        let now = unix_now();
+        let stored = self.store.object(&key.hash).filter(|m| m.key == key.text);
+        let opened = match stored {
+            Some(m) if now < m.fresh_until => Opened::Object { meta: m, status: CacheStatus::Hit },
+            Some(m) if now < m.stale_while_revalidate_until => {
+                let _ = self.head(table, key, want, Some(m.clone()));
+                Opened::Object { meta: m, status: CacheStatus::Stale }
+            }
+            Some(m) => self.wait_head(table, key, want, Some(m)).await,
+            None => self.wait_head(table, key, want, None).await,
+        };
+        match &opened {
+            Opened::Object { status, meta } => {
+                match status {
+                    CacheStatus::Hit => self.stats.hits.add(1),
+                    CacheStatus::Miss => self.stats.misses.add(1),
+                    CacheStatus::Stale => self.stats.stale.add(1),
+                    CacheStatus::Revalidated => self.stats.revalidated.add(1),
+                    CacheStatus::Pass => self.stats.passes.add(1),
+                }
+                if meta.status != 200 {
+                    self.stats.negative_hits.add(1);
+                }
+            }
+            Opened::Pass(why) => {
+                self.stats.passes.add(1);
+                lock(&self.passing).insert(key.hash, (Instant::now() + PASS_MEMO, *why));
+            }
+            Opened::Status(_) | Opened::Failed(_) => self.stats.origin_failures.add(1),
+        }
+        opened
+    }
+
+    fn passing(&self, key: &KeyHash) -> Option<Uncacheable> {
+        let mut passing = lock(&self.passing);
+        match passing.get(key) {
+            Some(&(until, why)) if Instant::now() < until => Some(why),
+            Some(_) => {
+                passing.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    async fn wait_head(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        want: u64,
+        old: Option<Arc<ObjectMeta>>,
+    ) -> Opened {
+        let mut rx = self.head(table, key, want, old);
+        loop {
+            if let Some(opened) = rx.borrow_and_update().clone() {
+                return opened;
+            }
+            if rx.changed().await.is_err() {
+                return Opened::Failed(Failure::BadResponse("the origin request was lost".into()));
+            }
+        }
+    }
+
+    /// The head request of `key` under way, or a new one. `old` is the stored,
+    /// stale metadata to revalidate, if any.
+    fn head(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        want: u64,
+        old: Option<Arc<ObjectMeta>>,
+    ) -> watch::Receiver<Option<Opened>> {
+        let mut opening = lock(&self.opening);
+        if let Some(rx) = opening.get(&key.hash) {
+            self.stats.collapsed.add(1);
+            return rx.clone();
+        }
+        let (tx, rx) = watch::channel(None);
+        opening.insert(key.hash, rx.clone());
+        drop(opening);
+        let (cache, key) = (self.clone(), key.clone());
+        self.origins.spawn(async move {
+            let opened = cache.fetch_head(table, &key, want, old.as_deref()).await;
+            let _ = tx.send(Some(opened));
+            lock(&cache.opening).remove(&key.hash);
+        });
+        rx
+    }
+
+    /// Asks the origin for the slice holding byte `want` (conditionally, when `old`
+    /// is there) and makes the object's metadata of the answer.
+    async fn fetch_head(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        want: u64,
+        old: Option<&ObjectMeta>,
+    ) -> Opened {
+        let s = self.slice_bytes;
+        let want = old.map_or(want, |m| want.min(m.size.saturating_sub(1)));
+        let index = want / s;
+        let mut req = OriginRequest {
+            path: key.origin_path.clone(),
+            query: key.origin_query.clone(),
+            range: Some((index * s, index * s + s - 1)),
+            ..OriginRequest::default()
+        };
+        if let Some(m) = old.filter(|m| m.status == 200) {
+            req.if_none_match = m.etag.clone();
+            req.if_modified_since = m.last_modified.clone();
+        }
+        let t = self.origins.table(table);
+        let response = match self.origins.fetch(table, &req).await {
+            Ok(r) => r,
+            Err(e) => return self.failed(old, Failure::origin(e)),
+        };
+        let now = unix_now();
+        let status = response.status;
+        let (meta, body) = match status {
+            304 if old.is_some() => {
+                let m = refreshed(old.expect("checked"), &response.headers, now, t);
+                (m, None)
+            }
+            206 | 416 => {
+                let cr = match response.content_range() {
+                    Ok(Some(cr)) => cr,
+                    Ok(None) => {
+                        return self.failed(old, Failure::BadResponse(format!("{status} without Content-Range")))
+                    }
+                    Err(e) => return self.failed(old, Failure::BadResponse(e.to_string())),
+                };
+                let Some(total) = cr.total else {
+                    return Opened::Pass(Uncacheable::NoLength);
+                };
+                if let Err(why) = storable(&response.headers, now) {
+                    return Opened::Pass(why);
+                }
+                let m = object_meta(&key.text, 200, total, &response.headers, now, t);
+                let body = (status == 206 && total > 0).then_some(response);
+                if let Some(r) = &body {
+                    if r.content_range().ok().flatten().and_then(|c| c.first) != Some(slice_bounds(index, s, total)) {
+                        return self.failed(
+                            old,
+                            Failure::BadResponse("a Content-Range other than the slice asked for".into()),
+                        );
+                    }
+                }
+                (m, body)
+            }
+            200 => {
+                if let Err(why) = storable(&response.headers, now) {
+                    return Opened::Pass(why);
+                }
+                let len = meta::field(&response.headers, http::header::CONTENT_LENGTH)
+                    .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+                let Some(len) = len else { return Opened::Pass(Uncacheable::NoLength) };
+                if len > s {
+                    return Opened::Pass(Uncacheable::NoRanges);
+                }
+                (object_meta(&key.text, 200, len, &response.headers, now, t), (len > 0).then_some(response))
+            }
+            404 | 410 => (object_meta(&key.text, status, 0, &response.headers, now, t), None),
+            400..=499 => return Opened::Status(status),
+            _ => return self.failed(old, Failure::BadResponse(format!("status {status}"))),
+        };
+        // Same version as the stale copy: its slices stay, the answer only refreshes.
+        let status = match old {
+            Some(o) if o.size == meta.size && o.status == meta.status && same_version(o, &response_headers(&meta)) => {
+                CacheStatus::Revalidated
+            }
+            _ => CacheStatus::Miss,
+        };
+        if let Err(e) = self.store.put_object(&key.hash, meta.clone()) {
+            // Still served: its slices fill into memory, passed through.
+            self.note_store_error(&e);
+        }
+        let meta = Arc::new(meta);
+        if let Some(response) = body {
+            let index = if response.status == 200 { 0 } else { index };
+            if self.store.slice(&key.hash, index).is_none() {
+                let _ = self.slice_fill(table, key, &meta, index, Some(response));
+            }
+        }
+        Opened::Object { meta, status }
+    }
+
+    /// The origin failed: the stale copy if `stale-if-error` allows it, else the failure.
+    fn failed(&self, old: Option<&ObjectMeta>, failure: Failure) -> Opened {
+        tracing::debug!("origin: {failure}");
+        match old {
+            Some(m) if unix_now() < m.stale_if_error_until => {
+                Opened::Object { meta: Arc::new(m.clone()), status: CacheStatus::Stale }
+            }
+            _ => Opened::Failed(failure),
+        }
+    }
+}
+
+/// The validator fields of `meta` as a header map, to compare it with another.
+fn response_headers(meta: &ObjectMeta) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    for (name, v) in [(http::header::ETAG, &meta.etag), (http::header::LAST_MODIFIED, &meta.last_modified)] {
+        if let Some(v) = v.as_ref().and_then(|v| http::HeaderValue::from_bytes(v).ok()) {
+            h.insert(name, v);
+        }
+    }
+    h
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
