@@ -6,6 +6,7 @@
 //! plotting library and a histogram; the algorithm crate and the server stay free of
 //! both.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod plot;
 mod queue;

@@ -5,14 +5,14 @@ use std::path::Path;
 use plotters::prelude::*;
 
 /// One panel: a title and the (time ns, profile index) steps of one policy.
-pub struct Series<'a> {
+pub(crate) struct Series<'a> {
     pub title: &'a str,
     pub trace: &'a [(u64, usize)],
 }
 
 /// Draws one panel per series, stacked, sharing the time axis. `phases` are
 /// (start ns, end ns, label) spans shaded behind the steps.
-pub fn write_profile_chart(
+pub(crate) fn write_profile_chart(
     path: &Path,
     series: &[Series<'_>],
     phases: &[(u64, u64, &str)],

@@ -12,7 +12,7 @@ use super::traffic::{Packet, Traffic};
 
 /// CPU cost model of the receive path.
 #[derive(Clone, Copy, Debug)]
-pub struct Costs {
+pub(crate) struct Costs {
     /// Hard interrupt, softirq raise and NAPI schedule, cache misses included.
     pub irq_ns: u64,
     /// Driver, GRO and protocol work per packet.
@@ -33,7 +33,7 @@ impl Default for Costs {
 const NAPI_BUDGET: usize = 64;
 
 /// How the queue's coalescing is chosen.
-pub enum Coalescing {
+pub(crate) enum Coalescing {
     Static(Profile),
     /// `sample_every_ns == 0`: a sample after every poll (in-driver DIM);
     /// otherwise at most one sample per period (a user-space controller).
@@ -53,7 +53,7 @@ impl Coalescing {
 }
 
 /// What one run measured.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub duration_ns: u64,
     pub packets: u64,
     pub bytes: u64,
@@ -69,15 +69,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn cpu_ns_per_packet(&self) -> f64 {
+    pub(crate) fn cpu_ns_per_packet(&self) -> f64 {
         self.busy_ns as f64 / self.packets.max(1) as f64
     }
 
-    pub fn cpu_share(&self) -> f64 {
+    pub(crate) fn cpu_share(&self) -> f64 {
         self.busy_ns as f64 / self.duration_ns.max(1) as f64
     }
 
-    pub fn transactions_per_sec(&self) -> f64 {
+    pub(crate) fn transactions_per_sec(&self) -> f64 {
         self.transaction_ns.len() as f64 / (self.duration_ns as f64 / 1e9)
     }
 }
@@ -98,7 +98,7 @@ struct Queue<'a> {
 }
 
 /// Runs the queue until `duration_ns` of simulated time.
-pub fn simulate(traffic: &mut Traffic, costs: Costs, coalescing: Coalescing, duration_ns: u64) -> Outcome {
+pub(crate) fn simulate(traffic: &mut Traffic, costs: Costs, coalescing: Coalescing, duration_ns: u64) -> Outcome {
     let initial = match &coalescing {
         Coalescing::Static(_) => 0,
         Coalescing::Adaptive { tuner, .. } => tuner.index(),

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 /// A packet waiting in (or taken from) the receive ring.
 #[derive(Clone, Copy, Debug)]
-pub struct Packet {
+pub(crate) struct Packet {
     pub arrival_ns: u64,
     pub bytes: u32,
     pub source: usize,
@@ -15,7 +15,7 @@ pub struct Packet {
 
 /// Parameters of the traffic model.
 #[derive(Clone, Copy, Debug)]
-pub struct TrafficModel {
+pub(crate) struct TrafficModel {
     /// Wire time of a full frame at the link rate (1500 B at 10 Gb/s = 1.2 µs):
     /// packets of one train arrive this far apart.
     pub frame_gap_ns: u64,
@@ -67,13 +67,13 @@ struct Source {
 
 /// What one source is: a name for reports and when it is active.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Flow {
+pub(crate) enum Flow {
     PingPong,
     Bulk { packets_per_sec: f64 },
 }
 
 /// All sources of a run, merged in arrival order.
-pub struct Traffic {
+pub(crate) struct Traffic {
     model: TrafficModel,
     sources: Vec<Source>,
     next: BinaryHeap<Reverse<(u64, usize)>>,
@@ -81,12 +81,12 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    pub fn new(model: TrafficModel, seed: u64) -> Traffic {
+    pub(crate) fn new(model: TrafficModel, seed: u64) -> Traffic {
         Traffic { model, sources: Vec::new(), next: BinaryHeap::new(), rng: fastrand::Rng::with_seed(seed) }
     }
 
     /// Adds a flow active in `[from_ns, until_ns)`.
-    pub fn add(&mut self, flow: Flow, from_ns: u64, until_ns: u64) {
+    pub(crate) fn add(&mut self, flow: Flow, from_ns: u64, until_ns: u64) {
         let kind = match flow {
             Flow::PingPong => Kind::PingPong,
             Flow::Bulk { packets_per_sec } => {
@@ -108,12 +108,12 @@ impl Traffic {
     }
 
     /// Time of the next arrival, if any source has one scheduled.
-    pub fn peek_ns(&self) -> Option<u64> {
+    pub(crate) fn peek_ns(&self) -> Option<u64> {
         self.next.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Takes the next arrival and schedules that source's following one.
-    pub fn pop(&mut self) -> Option<Packet> {
+    pub(crate) fn pop(&mut self) -> Option<Packet> {
         let Reverse((t, id)) = self.next.pop()?;
         let model = self.model;
         let src = &mut self.sources[id];
@@ -143,7 +143,7 @@ impl Traffic {
     /// request arrives one round trip later. For ping-pong packets, returns the
     /// transaction time the client sees: the server's receive latency plus the rest
     /// of the round trip (wire, client, application; drawn per transaction).
-    pub fn delivered(&mut self, packet: &Packet, at_ns: u64) -> Option<u64> {
+    pub(crate) fn delivered(&mut self, packet: &Packet, at_ns: u64) -> Option<u64> {
         if !matches!(self.sources[packet.source].kind, Kind::PingPong) {
             return None;
         }

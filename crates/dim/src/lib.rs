@@ -24,6 +24,7 @@
 //! The crate does no I/O: the simulator and the NIC controller in the `linerate`
 //! binary drive it.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod profile;
 mod stats;

@@ -22,6 +22,7 @@
 //! caller's, and a per-thread pool of multipart range lists); `tests/allocations.rs`
 //! counts.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod body;
 pub mod conditional;

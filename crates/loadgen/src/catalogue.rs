@@ -19,7 +19,7 @@ use super::exchange::{exchange, Buffers};
 use super::response::{Expect, ResponseReader};
 
 /// A scheme, host and port that titles are fetched from.
-pub struct Origin {
+pub(crate) struct Origin {
     /// `scheme://authority`, for messages.
     pub label: String,
     pub addr: SocketAddr,
@@ -27,7 +27,7 @@ pub struct Origin {
 }
 
 /// One title of the catalogue.
-pub struct Title {
+pub(crate) struct Title {
     pub url: String,
     pub origin: usize,
     pub size_bytes: u64,
@@ -38,7 +38,7 @@ pub struct Title {
     pub local: Option<PathBuf>,
 }
 
-pub struct Catalogue {
+pub(crate) struct Catalogue {
     pub origins: Vec<Origin>,
     pub titles: Vec<Title>,
 }
@@ -56,7 +56,7 @@ struct Entry {
 }
 
 /// Reads a URL list file.
-pub fn read_url_list(path: &Path) -> anyhow::Result<Vec<String>> {
+pub(crate) fn read_url_list(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading URL list {}", path.display()))?;
     let urls: Vec<String> =
         text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect();
@@ -66,7 +66,7 @@ pub fn read_url_list(path: &Path) -> anyhow::Result<Vec<String>> {
 
 /// URLs for `--base-url URL --files a,b,c`, with the file names as paths relative
 /// to the verify directory.
-pub fn join_base(base: &str, files: &[String]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn join_base(base: &str, files: &[String]) -> anyhow::Result<Vec<(String, PathBuf)>> {
     anyhow::ensure!(!files.is_empty(), "--files lists no file");
     let base = base.trim_end_matches('/');
     files
@@ -112,7 +112,7 @@ fn parse(url: &str, relative: Option<PathBuf>) -> anyhow::Result<Entry> {
 }
 
 /// Settings for discovery.
-pub struct Discovery<'a> {
+pub(crate) struct Discovery<'a> {
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub verify_dir: Option<&'a Path>,
     pub timeout: Duration,
@@ -120,7 +120,7 @@ pub struct Discovery<'a> {
 
 /// Parses, resolves and sizes the titles (a `HEAD` each). `relative` holds the
 /// verify paths for `--files`; `None` derives them from the URL paths.
-pub async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discovery<'_>) -> anyhow::Result<Catalogue> {
+pub(crate) async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discovery<'_>) -> anyhow::Result<Catalogue> {
     let entries: Vec<Entry> = urls.into_iter().map(|(u, r)| parse(&u, r)).collect::<anyhow::Result<_>>()?;
     let mut origins: Vec<Origin> = Vec::new();
     let mut origin_keys: Vec<(bool, String, u16)> = Vec::new();
@@ -221,7 +221,7 @@ async fn resolve(e: &Entry, opts: &Discovery<'_>) -> anyhow::Result<Origin> {
 }
 
 /// Whether any URL needs TLS (so the TLS configuration is built only then).
-pub fn any_https(urls: &[(String, Option<PathBuf>)]) -> bool {
+pub(crate) fn any_https(urls: &[(String, Option<PathBuf>)]) -> bool {
     urls.iter().any(|(u, _)| u.trim_start().to_ascii_lowercase().starts_with("https:"))
 }
 

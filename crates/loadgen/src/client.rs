@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 
 /// What a [`Conn::receive`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Received {
+pub(crate) enum Received {
     /// This many plaintext bytes were passed to the callback (may be 0 for TLS when
     /// only part of a record arrived).
     Data(usize),
@@ -30,20 +30,20 @@ pub enum Received {
 
 /// How to secure connections to an origin.
 #[derive(Clone)]
-pub struct TlsTarget {
+pub(crate) struct TlsTarget {
     pub config: Arc<rustls::ClientConfig>,
     pub server_name: ServerName<'static>,
 }
 
 /// One client connection.
-pub enum Conn {
+pub(crate) enum Conn {
     Plain(TcpStream),
     Tls { tcp: TcpStream, tls: Box<rustls::ClientConnection> },
 }
 
 /// A failure to set up a connection.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("connect: {0}")]
     Io(#[from] io::Error),
     #[error("TLS: {0}")]
@@ -52,7 +52,7 @@ pub enum ConnectError {
 
 impl Conn {
     /// Connects and, for TLS, completes the handshake.
-    pub async fn open(addr: SocketAddr, tls: Option<&TlsTarget>) -> Result<Conn, ConnectError> {
+    pub(crate) async fn open(addr: SocketAddr, tls: Option<&TlsTarget>) -> Result<Conn, ConnectError> {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         let Some(target) = tls else {
@@ -89,7 +89,7 @@ impl Conn {
 
     /// How the TLS handshake went: `Some(true)` resumed an earlier session,
     /// `Some(false)` was a full handshake, `None` for plain TCP.
-    pub fn resumed(&self) -> Option<bool> {
+    pub(crate) fn resumed(&self) -> Option<bool> {
         match self {
             Conn::Plain(_) => None,
             Conn::Tls { tls, .. } => Some(matches!(tls.handshake_kind(), Some(rustls::HandshakeKind::Resumed))),
@@ -97,7 +97,7 @@ impl Conn {
     }
 
     /// Sends all of `data` (a request).
-    pub async fn send(&mut self, data: &[u8]) -> io::Result<()> {
+    pub(crate) async fn send(&mut self, data: &[u8]) -> io::Result<()> {
         match self {
             Conn::Plain(tcp) => write_all(tcp, data).await,
             Conn::Tls { tcp, tls } => {
@@ -108,7 +108,7 @@ impl Conn {
     }
 
     /// Waits until the socket has something to read.
-    pub async fn readable(&self) -> io::Result<()> {
+    pub(crate) async fn readable(&self) -> io::Result<()> {
         match self {
             Conn::Plain(tcp) | Conn::Tls { tcp, .. } => tcp.readable().await,
         }
@@ -117,7 +117,7 @@ impl Conn {
     /// One read of up to `net.len()` bytes from the socket; the plaintext goes to
     /// `on_data` (for TLS through `plain`, which should be as large as `net`).
     /// `on_data` returning `false` stops the delivery (the response is broken).
-    pub fn receive(
+    pub(crate) fn receive(
         &mut self,
         net: &mut [u8],
         plain: &mut [u8],

@@ -3,7 +3,7 @@
 use anyhow::Context;
 
 /// utime + stime of this process, in seconds.
-pub fn process_cpu_seconds() -> anyhow::Result<f64> {
+pub(crate) fn process_cpu_seconds() -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
     let ticks = parse_cpu_ticks(&stat).context("unexpected /proc/self/stat format")?;
     let per_second = linerate_sys::clock::ticks_per_second().context("sysconf(_SC_CLK_TCK)")?;

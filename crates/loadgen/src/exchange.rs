@@ -10,25 +10,25 @@ use super::response::{Head, Progress, ResponseError, ResponseReader};
 
 /// Read size of the bench: one `recv` moves up to this much (the issue asks for at
 /// least 256 KiB, so a 2 MiB segment takes about 8 system calls on plain HTTP).
-pub const READ_BYTES: usize = 256 * 1024;
+pub(crate) const READ_BYTES: usize = 256 * 1024;
 
 /// A worker's reusable buffers: socket reads, decrypted plaintext (TLS), and the
 /// expected bytes read from a file for `--verify`.
-pub struct Buffers {
+pub(crate) struct Buffers {
     pub net: Vec<u8>,
     pub plain: Vec<u8>,
     pub scratch: Vec<u8>,
 }
 
 impl Buffers {
-    pub fn new() -> Buffers {
+    pub(crate) fn new() -> Buffers {
         Buffers { net: vec![0; READ_BYTES], plain: vec![0; READ_BYTES], scratch: vec![0; READ_BYTES] }
     }
 }
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
+pub(crate) enum ExchangeError {
     #[error("{0}")]
     Io(#[from] io::Error),
     /// The peer closed the connection before the response was complete.
@@ -44,7 +44,7 @@ pub enum ExchangeError {
 /// Sends `request` and reads the response `reader` was started for. `first_byte` is
 /// set when the first response byte arrives. Body bytes go to `on_body` with the
 /// scratch buffer; it returns `false` to reject them.
-pub async fn exchange(
+pub(crate) async fn exchange(
     conn: &mut Conn,
     request: &[u8],
     reader: &mut ResponseReader,

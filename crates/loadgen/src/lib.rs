@@ -2,25 +2,26 @@
 //!
 //! How the pieces fit:
 //!
-//! 1. [`catalogue`] turns `--url-list` or `--base-url`/`--files` into titles, resolves
+//! 1. `catalogue` turns `--url-list` or `--base-url`/`--files` into titles, resolves
 //!    each origin once and sizes each title with a `HEAD`.
-//! 2. A [`plan::Plan`] fixes everything the run shares, read-only: catalogue,
-//!    [`zipf`] popularity, pacing, timeouts, start and end.
-//! 3. One [`worker`] thread per CPU (like the server) runs a current-thread tokio
+//! 2. A `plan::Plan` fixes everything the run shares, read-only: catalogue,
+//!    `zipf` popularity, pacing, timeouts, start and end.
+//! 3. One `worker` thread per CPU (like the server) runs a current-thread tokio
 //!    runtime with its share of the sessions (session `i` on worker `i mod W`).
-//! 4. A [`session`] is one viewer: it picks a title, fetches it segment by segment as
-//!    the [`playback`] model says (or back to back with `--max-rate`), over one
-//!    kept-alive connection ([`client`]: plain or rustls, TLS sessions resumed from
+//! 4. A `session` is one viewer: it picks a title, fetches it segment by segment as
+//!    the `playback` model says (or back to back with `--max-rate`), over one
+//!    kept-alive connection (`client`: plain or rustls, TLS sessions resumed from
 //!    the viewer's own store unless `--no-resume`; a new connection per request with
-//!    `--connection-per-request`), one [`exchange`] at a time; responses are checked by [`response`] (heads parsed by httparse).
-//! 5. Each worker keeps its own [`stats`]; the main thread shows progress from
+//!    `--connection-per-request`), one `exchange` at a time; responses are checked by `response` (heads parsed by httparse).
+//! 5. Each worker keeps its own `stats`; the main thread shows progress from
 //!    single-writer counters, merges the workers' results at the end, adds its own
-//!    CPU time ([`cpu`]) and prints the [`report`].
+//!    CPU time (`cpu`) and prints the `report`.
 //!
 //! Bounds: at most [`MAX_SESSIONS`] sessions, at most [`MAX_DURATION_SECS`] seconds,
 //! every wait bounded by the end of the run or a timeout, and a backstop that drops
 //! any session still running 5 s after the end.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod catalogue;
 pub mod chart;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::catalogue::Catalogue;
 use super::zipf::Zipf;
 
-pub struct Plan {
+pub(crate) struct Plan {
     pub catalogue: Catalogue,
     pub zipf: Zipf,
     /// `None` in closed-loop mode (`--max-rate`).
@@ -33,33 +33,33 @@ pub struct Plan {
 
 impl Plan {
     /// Paced (player-like) rather than closed-loop.
-    pub fn paced(&self) -> bool {
+    pub(crate) fn paced(&self) -> bool {
         self.bitrate_bps.is_some()
     }
 
-    pub fn since_start(&self, t: Instant) -> Duration {
+    pub(crate) fn since_start(&self, t: Instant) -> Duration {
         t.saturating_duration_since(self.start)
     }
 
-    pub fn at(&self, since_start: Duration) -> Instant {
+    pub(crate) fn at(&self, since_start: Duration) -> Instant {
         self.start + since_start
     }
 
     /// When session `id` begins, if the sessions are ramped.
-    pub fn session_start(&self, id: u32) -> Option<Instant> {
+    pub(crate) fn session_start(&self, id: u32) -> Option<Instant> {
         let rate = self.ramp_per_second?;
         Some(self.start + Duration::from_secs_f64(f64::from(id) / rate))
     }
 
     /// Segments of a title (the last one may be short).
-    pub fn segments_of(&self, title: usize) -> u32 {
+    pub(crate) fn segments_of(&self, title: usize) -> u32 {
         let size = self.catalogue.titles[title].size_bytes;
         u32::try_from(size.div_ceil(self.segment_bytes)).unwrap_or(u32::MAX)
     }
 }
 
 /// Playback time of `segment_bytes` at `bitrate_bps`.
-pub fn segment_duration(segment_bytes: u64, bitrate_bps: f64) -> Duration {
+pub(crate) fn segment_duration(segment_bytes: u64, bitrate_bps: f64) -> Duration {
     Duration::from_secs_f64(segment_bytes as f64 * 8.0 / bitrate_bps)
 }
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 /// One play of one title.
 #[derive(Clone, Debug)]
-pub struct Playback {
+pub(crate) struct Playback {
     segment: Duration,
     startup_segments: u32,
     segments: u32,
@@ -48,7 +48,7 @@ pub struct Playback {
 
 /// What the end of a play adds to the run's QoE totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlayOutcome {
+pub(crate) struct PlayOutcome {
     /// `Some` if playback started.
     pub play_delay: Option<Duration>,
     /// If playback had not started: how long the viewer had waited (a lower bound
@@ -67,7 +67,7 @@ pub struct PlayOutcome {
 impl Playback {
     /// A play of a title of `segments` segments (>= 1), each `segment` long in
     /// playback time, that begins at `began`.
-    pub fn new(segment: Duration, startup_segments: u32, segments: u32, began: Duration) -> Playback {
+    pub(crate) fn new(segment: Duration, startup_segments: u32, segments: u32, began: Duration) -> Playback {
         assert!(segments >= 1);
         Playback {
             segment,
@@ -82,38 +82,38 @@ impl Playback {
     }
 
     /// The next segment to fetch, or `None` when all have arrived.
-    pub fn next_segment(&self) -> Option<u32> {
+    pub(crate) fn next_segment(&self) -> Option<u32> {
         (self.done < self.segments).then_some(self.done)
     }
 
     /// The play delay, once playback has started.
     #[cfg(test)]
-    pub fn play_delay(&self) -> Option<Duration> {
+    pub(crate) fn play_delay(&self) -> Option<Duration> {
         self.playing_since.map(|p| p - self.began)
     }
 
     /// When the player asks for segment `i`: `None` during start-up (at once).
     /// The caller also waits for segment `i − 1` (one request at a time).
-    pub fn request_at(&self, i: u32) -> Option<Duration> {
+    pub(crate) fn request_at(&self, i: u32) -> Option<Duration> {
         let p = self.playing_since?;
         Some(p + self.segment * (i - self.startup_segments) + self.stall)
     }
 
     /// When segment `i` starts playing, given the stalls so far: `None` before
     /// playback has started.
-    pub fn deadline(&self, i: u32) -> Option<Duration> {
+    pub(crate) fn deadline(&self, i: u32) -> Option<Duration> {
         let p = self.playing_since?;
         Some(p + self.segment * i + self.stall)
     }
 
     /// When the last segment will have played out (`None` before playback starts).
-    pub fn ends_at(&self) -> Option<Duration> {
+    pub(crate) fn ends_at(&self) -> Option<Duration> {
         self.deadline(self.segments)
     }
 
     /// Records that the next segment arrived completely at `t`. Returns the rebuffer
     /// it caused, if it was late (paced mode).
-    pub fn arrived(&mut self, t: Duration, paced: bool) -> Option<Duration> {
+    pub(crate) fn arrived(&mut self, t: Duration, paced: bool) -> Option<Duration> {
         let i = self.done;
         assert!(i < self.segments, "every segment of the title has already arrived");
         self.done += 1;
@@ -140,7 +140,7 @@ impl Playback {
     /// Ends the play at `now` (the run's end, or after the last segment played out)
     /// and returns its totals. In paced mode a segment still missing past its
     /// deadline counts as a stall up to `now`.
-    pub fn finish(mut self, now: Duration, paced: bool) -> PlayOutcome {
+    pub(crate) fn finish(mut self, now: Duration, paced: bool) -> PlayOutcome {
         let Some(p) = self.playing_since else {
             return PlayOutcome { startup_wait: now.saturating_sub(self.began), ..PlayOutcome::default() };
         };

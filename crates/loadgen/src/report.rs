@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::stats::{Bucket, WorkerStats, ERROR_NAMES};
 
 #[derive(Serialize)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -44,7 +44,7 @@ impl Percentiles {
 }
 
 #[derive(Serialize)]
-pub struct Second {
+pub(crate) struct Second {
     pub t_s: usize,
     pub gbps: f64,
     pub requests: u64,
@@ -60,7 +60,7 @@ pub struct Second {
 
 /// What the run was asked to do.
 #[derive(Serialize)]
-pub struct Setup {
+pub(crate) struct Setup {
     pub mode: &'static str,
     pub sessions: u32,
     pub workers: usize,
@@ -79,7 +79,7 @@ pub struct Setup {
 }
 
 #[derive(Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     #[serde(flatten)]
     pub setup: Setup,
     pub elapsed_s: f64,
@@ -116,7 +116,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn new(setup: Setup, stats: &WorkerStats, elapsed_s: f64, cpu_s: f64, dropped: usize) -> Summary {
+    pub(crate) fn new(setup: Setup, stats: &WorkerStats, elapsed_s: f64, cpu_s: f64, dropped: usize) -> Summary {
         let gb = stats.body_bytes as f64 / 1e9;
         let errors = ERROR_NAMES.iter().zip(stats.errors).map(|(k, v)| (k.to_string(), v.into())).collect();
         let watch_s = stats.watch.as_secs_f64();
@@ -163,11 +163,11 @@ impl Summary {
         }
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a summary always serialises")
     }
 
-    pub fn to_table(&self) -> String {
+    pub(crate) fn to_table(&self) -> String {
         let s = &self.setup;
         let mut o = String::new();
         let pacing = match (s.bitrate_mbps, s.segment_s) {

@@ -3,7 +3,7 @@
 //!
 //! The client sends one request at a time on a connection, so every byte that
 //! arrives belongs to the current response; a byte past its end is a protocol error.
-//! What counts as the right answer is fixed up front by [`Expect`]: `206` with the
+//! What counts as the right answer is fixed up front by `Expect`: `206` with the
 //! exact `Content-Range` and `Content-Length` for a segment, `200` with a
 //! `Content-Length` for a `HEAD` that discovers a title's size.
 

@@ -24,7 +24,7 @@ use super::stats::{ErrorKind, Live, WorkerStats};
 use super::tls::with_resumption;
 
 /// A worker's state, shared by its sessions (all on the worker's thread).
-pub struct WorkerCtx {
+pub(crate) struct WorkerCtx {
     pub plan: Arc<Plan>,
     pub bufs: RefCell<Buffers>,
     pub stats: RefCell<WorkerStats>,
@@ -33,7 +33,7 @@ pub struct WorkerCtx {
 }
 
 impl WorkerCtx {
-    pub fn new(plan: Arc<Plan>, live: Arc<Live>) -> WorkerCtx {
+    pub(crate) fn new(plan: Arc<Plan>, live: Arc<Live>) -> WorkerCtx {
         let titles = plan.catalogue.titles.len();
         let seconds = plan.duration.as_secs_f64().ceil() as usize;
         WorkerCtx {
@@ -110,7 +110,7 @@ struct Session {
 }
 
 /// Runs session `id` until the end of the run.
-pub async fn run(ctx: Rc<WorkerCtx>, id: u32) {
+pub(crate) async fn run(ctx: Rc<WorkerCtx>, id: u32) {
     let plan = ctx.plan.clone();
     if let Some(at) = plan.session_start(id) {
         sleep_until(at.min(plan.end).into()).await;

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 
 /// Kinds of failed requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// No connection: refused, reset, unreachable, TLS handshake failed, out of
     /// descriptors, or not connected within `--connect-timeout`.
     Connect = 0,
@@ -29,14 +29,14 @@ pub enum ErrorKind {
     Verify,
 }
 
-pub const ERROR_KINDS: usize = 7;
-pub const ERROR_NAMES: [&str; ERROR_KINDS] =
+pub(crate) const ERROR_KINDS: usize = 7;
+pub(crate) const ERROR_NAMES: [&str; ERROR_KINDS] =
     ["connect", "timeout", "status", "short_body", "closed", "protocol", "verify"];
 
 /// Histogram range: 1 µs to one hour, 3 significant digits.
 const HIST_MAX_USECS: u64 = 3_600_000_000;
 
-pub fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_USECS, 3).expect("valid histogram bounds")
 }
 
@@ -50,7 +50,7 @@ fn second_histogram() -> Histogram<u32> {
 
 /// One second of the run.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub bytes: u64,
     pub requests: u64,
     pub errors: u64,
@@ -63,7 +63,7 @@ pub struct Bucket {
 }
 
 /// Everything one worker measured.
-pub struct WorkerStats {
+pub(crate) struct WorkerStats {
     pub ttfb_usecs: Histogram<u64>,
     /// TTFB of the requests for hot titles only (`--hot-titles`).
     pub hot_ttfb_usecs: Histogram<u64>,
@@ -96,7 +96,7 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
-    pub fn new(seconds: usize) -> WorkerStats {
+    pub(crate) fn new(seconds: usize) -> WorkerStats {
         WorkerStats {
             ttfb_usecs: histogram(),
             hot_ttfb_usecs: histogram(),
@@ -123,14 +123,14 @@ impl WorkerStats {
     }
 
     /// The timeline bucket for an offset into the run (the last one absorbs overrun).
-    pub fn bucket(&mut self, since_start: Duration) -> &mut Bucket {
+    pub(crate) fn bucket(&mut self, since_start: Duration) -> &mut Bucket {
         let i = (since_start.as_secs() as usize).min(self.timeline.len() - 1);
         &mut self.timeline[i]
     }
 
     /// Adds the span `from..to` (offsets into the run) to the buckets it overlaps,
     /// second by second, through `field`; what lies past the last bucket is dropped.
-    pub fn spread(&mut self, from: Duration, to: Duration, field: fn(&mut Bucket) -> &mut f64) {
+    pub(crate) fn spread(&mut self, from: Duration, to: Duration, field: fn(&mut Bucket) -> &mut f64) {
         let (from, to) = (from.as_secs_f64(), to.as_secs_f64().min(self.timeline.len() as f64));
         let mut t = from;
         while t < to {
@@ -141,14 +141,14 @@ impl WorkerStats {
         }
     }
 
-    pub fn record(hist: &mut Histogram<u64>, d: Duration) {
+    pub(crate) fn record(hist: &mut Histogram<u64>, d: Duration) {
         hist.saturating_record((d.as_micros() as u64).clamp(1, HIST_MAX_USECS));
     }
 
     /// The time to first byte of a completed request, also counted among the hot
     /// titles' when its title is one of them.
     /// It is also counted in the second it completed, `at` (an offset into the run).
-    pub fn record_ttfb(&mut self, hot: bool, d: Duration, at: Duration) {
+    pub(crate) fn record_ttfb(&mut self, hot: bool, d: Duration, at: Duration) {
         WorkerStats::record(&mut self.ttfb_usecs, d);
         let i = (at.as_secs() as usize).min(self.ttfb_timeline.len() - 1);
         let h = self.ttfb_timeline[i].get_or_insert_with(second_histogram);
@@ -158,7 +158,7 @@ impl WorkerStats {
         }
     }
 
-    pub fn merge(&mut self, other: &WorkerStats) {
+    pub(crate) fn merge(&mut self, other: &WorkerStats) {
         self.ttfb_usecs.add(&other.ttfb_usecs).expect("same bounds");
         self.hot_ttfb_usecs.add(&other.hot_ttfb_usecs).expect("same bounds");
         self.segment_usecs.add(&other.segment_usecs).expect("same bounds");
@@ -210,7 +210,7 @@ impl WorkerStats {
 /// only (a relaxed load and store, no locked instruction), read by the main thread.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-pub struct Live {
+pub(crate) struct Live {
     bytes: AtomicU64,
     requests: AtomicU64,
     errors: AtomicU64,
@@ -221,20 +221,20 @@ impl Live {
         c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
-    pub fn add_bytes(&self, n: u64) {
+    pub(crate) fn add_bytes(&self, n: u64) {
         Live::bump(&self.bytes, n);
     }
 
-    pub fn add_request(&self) {
+    pub(crate) fn add_request(&self) {
         Live::bump(&self.requests, 1);
     }
 
-    pub fn add_error(&self) {
+    pub(crate) fn add_error(&self) {
         Live::bump(&self.errors, 1);
     }
 
     /// (bytes, requests, errors) as last written.
-    pub fn read(&self) -> (u64, u64, u64) {
+    pub(crate) fn read(&self) -> (u64, u64, u64) {
         (self.bytes.load(Ordering::Relaxed), self.requests.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed))
     }
 }

@@ -29,14 +29,14 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 /// Where trust comes from.
-pub enum Trust<'a> {
+pub(crate) enum Trust<'a> {
     System,
     CaFile(&'a Path),
     AnyCertificate,
 }
 
 /// A client configuration for HTTP/1.1 over TLS 1.2/1.3 with the aws-lc-rs provider.
-pub fn client_config(trust: Trust<'_>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+pub(crate) fn client_config(trust: Trust<'_>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -79,7 +79,7 @@ const STORE_SIZE: usize = 64;
 /// A copy of `config` for one viewer: with its own in-memory session store (tickets
 /// and TLS 1.2 session IDs) when `resume`, without resumption otherwise. That
 /// viewer's connections share it; each viewer starts cold.
-pub fn with_resumption(config: &rustls::ClientConfig, resume: bool) -> Arc<rustls::ClientConfig> {
+pub(crate) fn with_resumption(config: &rustls::ClientConfig, resume: bool) -> Arc<rustls::ClientConfig> {
     let mut config = config.clone();
     config.resumption = if resume {
         Resumption::in_memory_sessions(STORE_SIZE).tls12_resumption(Tls12Resumption::SessionIdOrTickets)

@@ -17,7 +17,7 @@ const BACKSTOP: Duration = Duration::from_secs(5);
 
 /// Runs sessions `ids` to the end of the run and returns what they measured, and
 /// how many had to be dropped at the backstop (0 unless something is wrong).
-pub fn run(plan: Arc<Plan>, ids: Vec<u32>, live: Arc<Live>) -> std::io::Result<(WorkerStats, usize)> {
+pub(crate) fn run(plan: Arc<Plan>, ids: Vec<u32>, live: Arc<Live>) -> std::io::Result<(WorkerStats, usize)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async move {

@@ -8,14 +8,14 @@
 
 /// A sampler of ranks `0..n` with Zipf popularity.
 #[derive(Clone, Debug)]
-pub struct Zipf {
+pub(crate) struct Zipf {
     /// `cdf[k]` = P(rank <= k); the last entry is exactly 1.
     cdf: Vec<f64>,
 }
 
 impl Zipf {
     /// A sampler over `n >= 1` ranks with exponent `s >= 0` (finite).
-    pub fn new(n: usize, s: f64) -> Zipf {
+    pub(crate) fn new(n: usize, s: f64) -> Zipf {
         assert!(n >= 1, "a Zipf sampler needs at least one rank");
         assert!(s.is_finite() && s >= 0.0, "Zipf exponent must be finite and >= 0");
         let mut cdf = Vec::with_capacity(n);
@@ -33,12 +33,12 @@ impl Zipf {
 
     /// The probability of rank `k`.
     #[cfg(test)]
-    pub fn probability(&self, k: usize) -> f64 {
+    pub(crate) fn probability(&self, k: usize) -> f64 {
         self.cdf[k] - if k == 0 { 0.0 } else { self.cdf[k - 1] }
     }
 
     /// A rank drawn with `rng`.
-    pub fn sample(&self, rng: &mut fastrand::Rng) -> usize {
+    pub(crate) fn sample(&self, rng: &mut fastrand::Rng) -> usize {
         let u = rng.f64(); // [0, 1)
         self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1)
     }

@@ -2,6 +2,7 @@
 //! line and calls into it; the fuzz targets use its configuration parser and its
 //! user-space TLS record layer.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod admin;
 pub mod capacity;

@@ -39,6 +39,7 @@
 //! handed to a new binary at an upgrade, and taken over in it; signals).
 
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, unsafe_op_in_unsafe_fn)]
+#![deny(unreachable_pub)]
 
 pub mod clock;
 pub mod ethtool;

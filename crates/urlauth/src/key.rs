@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// Longest key id accepted.
-pub const MAX_ID_LEN: usize = 64;
+pub(crate) const MAX_ID_LEN: usize = 64;
 
 /// A secret with the id tokens name it by (`kid=`) and errors and logs call it.
 #[derive(Clone, PartialEq, Eq)]

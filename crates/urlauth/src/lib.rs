@@ -15,6 +15,7 @@
 //! compare digests in constant time. [`Rules`] picks the policy by path prefix.
 //! docs/SIGNED-URLS.md is the reference for both formats.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod acl;
 mod args;
@@ -225,7 +226,7 @@ pub enum PolicyError {
     BadCookieName(String),
     /// A token policy with neither a query argument nor a cookie to read tokens from.
     NoCarrier,
-    /// The clock leeway is above [`token::MAX_LEEWAY`] seconds.
+    /// The clock leeway is above `token::MAX_LEEWAY` seconds.
     Leeway(u64),
 }
 

@@ -21,14 +21,14 @@ use crate::key::{duplicate_id, Key};
 use crate::{acl, parse_unix, PolicyError, Reason, Request, Verdict};
 
 /// Shortest secret accepted for a token key.
-pub const MIN_SECRET_BYTES: usize = 16;
+pub(crate) const MIN_SECRET_BYTES: usize = 16;
 /// Largest clock leeway accepted, in seconds (one hour).
-pub const MAX_LEEWAY: u64 = 3600;
+pub(crate) const MAX_LEEWAY: u64 = 3600;
 /// Longest token looked at; longer ones are malformed.
-pub const MAX_TOKEN_BYTES: usize = 4096;
+pub(crate) const MAX_TOKEN_BYTES: usize = 4096;
 /// Most tokens tried for one request (the query argument and cookies together): each
 /// costs an HMAC, and a request may carry many cookies.
-pub const MAX_CANDIDATES: usize = 8;
+pub(crate) const MAX_CANDIDATES: usize = 8;
 
 const HMAC_FIELD: &[u8] = b"~hmac=";
 const HMAC_HEX: usize = 64;

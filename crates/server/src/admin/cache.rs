@@ -10,7 +10,7 @@ use crate::origin::UrlStats;
 use crate::server::cache::Cache;
 
 #[derive(Serialize)]
-pub struct CacheView {
+pub(super) struct CacheView {
     pub requests: Requests,
     /// Requests that joined an origin request already under way.
     pub collapsed: u64,
@@ -32,7 +32,7 @@ pub struct CacheView {
 }
 
 #[derive(Serialize)]
-pub struct Requests {
+pub(super) struct Requests {
     pub hit: u64,
     pub miss: u64,
     pub stale: u64,
@@ -45,7 +45,7 @@ pub struct Requests {
 }
 
 #[derive(Serialize)]
-pub struct Store {
+pub(super) struct Store {
     pub objects: u64,
     pub slices: u64,
     pub bytes: u64,
@@ -53,7 +53,7 @@ pub struct Store {
 }
 
 #[derive(Serialize)]
-pub struct Dir {
+pub(super) struct Dir {
     pub path: String,
     pub slices: u64,
     pub bytes: u64,
@@ -66,7 +66,7 @@ pub struct Dir {
 }
 
 #[derive(Serialize)]
-pub struct Origin {
+pub(super) struct Origin {
     pub table: usize,
     pub url: String,
     pub requests: u64,
@@ -81,7 +81,7 @@ pub struct Origin {
 }
 
 /// The cache's figures, when `[[origin]]` tables are configured.
-pub fn snapshot(state: &AdminState) -> Option<CacheView> {
+pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
     let cache: &Cache = state.cache.as_deref()?;
     let s = &cache.stats;
     let (hit, miss) = (s.hit_bytes.get(), s.miss_bytes.get());

@@ -10,7 +10,7 @@ use super::AdminState;
 use crate::procfs;
 
 #[derive(Serialize, Debug, Default)]
-pub struct Cold {
+pub(super) struct Cold {
     /// Body bytes that were in the page cache when they were about to be sent.
     pub resident_bytes: u64,
     /// Body bytes that needed a fill from disk first.
@@ -33,7 +33,7 @@ pub struct Cold {
 }
 
 #[derive(Serialize, Debug, Default)]
-pub struct Admission {
+pub(super) struct Admission {
     /// `fill.cache_bytes`, or the auto budget it stands for.
     pub cache_bytes: u64,
     /// The kept set as last ranked: files and their bytes.
@@ -44,7 +44,7 @@ pub struct Admission {
 }
 
 #[derive(Serialize, Debug, Default)]
-pub struct Device {
+pub(super) struct Device {
     pub device: String,
     /// From the fill pool (devices it has read from).
     pub fills: u64,
@@ -58,7 +58,7 @@ pub struct Device {
 }
 
 #[derive(Serialize, Debug, Default)]
-pub struct Memory {
+pub(super) struct Memory {
     /// `/proc/pressure/memory` totals (0 without PSI).
     pub pressure_some_us: u64,
     pub pressure_full_us: u64,
@@ -68,7 +68,7 @@ pub struct Memory {
     pub pgsteal_direct: u64,
 }
 
-pub fn snapshot(state: &AdminState) -> Cold {
+pub(super) fn snapshot(state: &AdminState) -> Cold {
     let resident_bytes = state.total(|w| w.cold.resident_bytes.get());
     let filled_bytes = state.total(|w| w.cold.filled_bytes.get());
     let mut waits = (0.0, 0u64, Vec::new());

@@ -13,10 +13,10 @@ use aws_lc_rs::digest::{digest, SHA256};
 use base64::Engine as _;
 
 /// The page, as served.
-pub const PAGE: &str = include_str!("../../assets/admin/dashboard.html");
+pub(super) const PAGE: &str = include_str!("../../assets/admin/dashboard.html");
 
 /// The response header lines that go with the page (each ending in CRLF).
-pub fn headers() -> &'static str {
+pub(super) fn headers() -> &'static str {
     static HEADERS: LazyLock<String> = LazyLock::new(|| {
         format!(
             "Content-Security-Policy: {}\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nX-Frame-Options: DENY\r\n",

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use super::AdminState;
 use crate::counters::{ConnState, ErrorKind, Histogram, Refusal, TransportKind, WorkerCounters};
 
-pub fn registry(state: Arc<AdminState>) -> Registry {
+pub(super) fn registry(state: Arc<AdminState>) -> Registry {
     let mut r = Registry::default();
     r.register_collector(Box::new(Workers(state)));
     r

@@ -37,7 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::counters::{TransportKind, WorkerCounters};
 
 /// What the admin endpoint reports on, shared with the supervisor.
-pub struct AdminState {
+pub(crate) struct AdminState {
     pub workers: Vec<Arc<WorkerCounters>>,
     pub shutting_down: AtomicBool,
     pub started: Instant,
@@ -70,16 +70,16 @@ pub struct AdminState {
 }
 
 impl AdminState {
-    pub fn total(&self, f: impl Fn(&WorkerCounters) -> u64) -> u64 {
+    pub(crate) fn total(&self, f: impl Fn(&WorkerCounters) -> u64) -> u64 {
         self.workers.iter().map(|w| f(w)).sum()
     }
 
-    pub fn body_bytes(&self) -> u64 {
+    pub(crate) fn body_bytes(&self) -> u64 {
         self.total(|w| TransportKind::ALL.iter().map(|k| w.body_bytes_of(*k)).sum())
     }
 
     /// The capacity model's ceiling for the last second's transport mix, in Gb/s.
-    pub fn model_ceiling(&self) -> Option<f64> {
+    pub(crate) fn model_ceiling(&self) -> Option<f64> {
         Some(f64::from_bits(self.model_ceiling_gbps.load(Ordering::Relaxed))).filter(|c| *c > 0.0)
     }
 
@@ -96,7 +96,7 @@ impl AdminState {
     }
 
     /// The agent-check line for the current load.
-    pub fn load_line(&self, gbps: f64) -> String {
+    pub(crate) fn load_line(&self, gbps: f64) -> String {
         if self.shutting_down.load(Ordering::Relaxed) {
             return "drain".to_string();
         }
@@ -120,18 +120,18 @@ const AGENT_WAIT: Duration = Duration::from_millis(200);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stops the admin endpoint from accepting (requests already read are answered).
-pub struct Stop(Arc<tokio::sync::Notify>);
+pub(crate) struct Stop(Arc<tokio::sync::Notify>);
 
 impl Stop {
     /// Closes this process's copy of the admin socket: after an upgrade the new
     /// process, which holds the same socket, answers alone.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.0.notify_one();
     }
 }
 
 /// Starts the admin thread on an already bound listener.
-pub fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<Stop> {
+pub(crate) fn start(listener: std::net::TcpListener, state: Arc<AdminState>) -> std::io::Result<Stop> {
     let stop = Arc::new(tokio::sync::Notify::new());
     let stopped = stop.clone();
     std::thread::Builder::new().name("linerate-admin".into()).spawn(move || {
@@ -326,7 +326,7 @@ fn route(path: &[u8], state: &AdminState, registry: &prometheus_client::registry
 }
 
 /// Binds the admin listener (before the workers start, like the others).
-pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     use anyhow::Context;
     let l = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (admin)"))?;
     l.set_nonblocking(true)?;
@@ -334,7 +334,7 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
 }
 
 /// CPU seconds a worker thread has used, from /proc/self/task/TID/stat.
-pub fn thread_cpu_seconds(tid: u32) -> Option<f64> {
+pub(crate) fn thread_cpu_seconds(tid: u32) -> Option<f64> {
     if tid == 0 {
         return None;
     }

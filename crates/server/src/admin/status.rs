@@ -127,7 +127,7 @@ impl Numbers {
     }
 }
 
-pub fn json(state: &AdminState, gbps: f64) -> String {
+pub(super) fn json(state: &AdminState, gbps: f64) -> String {
     let mut totals = Numbers::default();
     let workers = state
         .workers

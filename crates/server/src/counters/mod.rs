@@ -11,7 +11,7 @@
 //! Detailed TCP statistics (`TCP_INFO`) are kept for a sample of connections only
 //! ([`tcp_info`]), into per-worker histograms with fixed buckets.
 
-pub mod tcp_info;
+pub(crate) mod tcp_info;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -19,17 +19,17 @@ use linerate_http::Status;
 
 /// A monotonically increasing count, written by a single thread.
 #[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
     /// Adds `n`. Only the owning worker may call this (single writer).
     #[inline]
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     #[inline]
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -37,16 +37,16 @@ impl Counter {
 /// A value that goes up and down, written by a single thread: a [`Counter`] read as
 /// two's complement (adding `n as u64` wraps to the very bits adding `n` would).
 #[derive(Debug, Default)]
-pub struct Gauge(Counter);
+pub(crate) struct Gauge(Counter);
 
 impl Gauge {
     #[inline]
-    pub fn add(&self, n: i64) {
+    pub(crate) fn add(&self, n: i64) {
         self.0.add(n as u64);
     }
 
     #[inline]
-    pub fn get(&self) -> i64 {
+    pub(crate) fn get(&self) -> i64 {
         self.0.get() as i64
     }
 }
@@ -56,7 +56,7 @@ const MAX_BUCKETS: usize = 16;
 
 /// A histogram with fixed upper bounds, written by a single thread.
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     /// One count per bound, then the +Inf bucket (not cumulative), then unused ones.
     /// Inline, so that they lie inside the owner's `WorkerCounters` and on its cache
@@ -69,7 +69,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Histogram {
+    pub(crate) fn new(bounds: &'static [f64]) -> Histogram {
         assert!(bounds.len() < MAX_BUCKETS, "{} bounds: raise MAX_BUCKETS", bounds.len());
         Histogram {
             bounds,
@@ -79,7 +79,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&self, v: f64) {
+    pub(crate) fn observe(&self, v: f64) {
         let i = self.bounds.iter().position(|&b| v <= b).unwrap_or(self.bounds.len());
         self.buckets[i].add(1);
         let sum = f64::from_bits(self.sum.load(Ordering::Relaxed)) + v;
@@ -87,12 +87,12 @@ impl Histogram {
         self.count.add(1);
     }
 
-    pub fn bounds(&self) -> &'static [f64] {
+    pub(crate) fn bounds(&self) -> &'static [f64] {
         self.bounds
     }
 
     /// Adds this histogram into `acc`: (sum, count, per-bucket counts incl. +Inf).
-    pub fn accumulate(&self, acc: &mut (f64, u64, Vec<u64>)) {
+    pub(crate) fn accumulate(&self, acc: &mut (f64, u64, Vec<u64>)) {
         acc.0 += f64::from_bits(self.sum.load(Ordering::Relaxed));
         acc.1 += self.count.get();
         let buckets = &self.buckets[..=self.bounds.len()];
@@ -107,16 +107,16 @@ impl Histogram {
 
 /// Which send path carried body bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportKind {
+pub(crate) enum TransportKind {
     Plain,
     Ktls,
     UserTls,
 }
 
 impl TransportKind {
-    pub const ALL: [TransportKind; 3] = [TransportKind::Plain, TransportKind::Ktls, TransportKind::UserTls];
+    pub(crate) const ALL: [TransportKind; 3] = [TransportKind::Plain, TransportKind::Ktls, TransportKind::UserTls];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             TransportKind::Plain => "plain",
             TransportKind::Ktls => "ktls",
@@ -127,7 +127,7 @@ impl TransportKind {
 
 /// Why a connection ended abnormally, or a request failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// Head read, body read, handshake or send timed out.
     Timeout,
     /// The peer reset or broke the connection mid-response.
@@ -148,7 +148,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 8] = [
+    pub(crate) const ALL: [ErrorKind; 8] = [
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::BadRequest,
@@ -159,7 +159,7 @@ impl ErrorKind {
         ErrorKind::Origin,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Reset => "reset",
@@ -175,7 +175,7 @@ impl ErrorKind {
 
 /// Which per-client limit refused a new connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The client already had `client_limits.max_connections` open.
     Connections,
     /// The client opened new connections faster than its token bucket allows.
@@ -183,9 +183,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 2] = [Refusal::Connections, Refusal::Rate];
+    pub(crate) const ALL: [Refusal; 2] = [Refusal::Connections, Refusal::Rate];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Refusal::Connections => "connections",
             Refusal::Rate => "rate",
@@ -195,7 +195,7 @@ impl Refusal {
 
 /// What a connection is doing, for the connection-state gauges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnState {
+pub(crate) enum ConnState {
     /// Waiting for or reading a request head (the first, or one already begun).
     Reading,
     /// Writing a response.
@@ -205,9 +205,9 @@ pub enum ConnState {
 }
 
 impl ConnState {
-    pub const ALL: [ConnState; 3] = [ConnState::Reading, ConnState::Sending, ConnState::Idle];
+    pub(crate) const ALL: [ConnState; 3] = [ConnState::Reading, ConnState::Sending, ConnState::Idle];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ConnState::Reading => "reading",
             ConnState::Sending => "sending",
@@ -217,24 +217,25 @@ impl ConnState {
 }
 
 /// Fixed histogram bounds.
-pub mod buckets {
+pub(crate) mod buckets {
     /// Seconds, for RTT and RTT variance.
-    pub const SECONDS: &[f64] =
+    pub(crate) const SECONDS: &[f64] =
         &[0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
     /// Bits per second, for delivery and pacing rates.
-    pub const BITS_PER_SECOND: &[f64] =
+    pub(crate) const BITS_PER_SECOND: &[f64] =
         &[1e6, 2.5e6, 5e6, 1e7, 2.5e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 1e10, 2.5e10, 1e11];
     /// Segments, for the congestion window.
-    pub const SEGMENTS: &[f64] = &[4.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0];
+    pub(crate) const SEGMENTS: &[f64] = &[4.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0];
     /// Seconds, for disk fills (a window read from disk: milliseconds to seconds).
-    pub const FILL_SECONDS: &[f64] = &[0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+    pub(crate) const FILL_SECONDS: &[f64] =
+        &[0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
     /// Counts, for retransmissions per connection.
-    pub const COUNTS: &[f64] = &[0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0];
+    pub(crate) const COUNTS: &[f64] = &[0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0];
 }
 
 /// Histograms of sampled TCP_INFO readings.
 #[derive(Debug)]
-pub struct TcpHistograms {
+pub(crate) struct TcpHistograms {
     pub rtt_seconds: Histogram,
     pub rtt_variance_seconds: Histogram,
     pub delivery_rate_bits: Histogram,
@@ -264,7 +265,7 @@ impl Default for TcpHistograms {
 
 /// The page-cache view of the bytes served (see `server::pagecache`).
 #[derive(Debug)]
-pub struct ColdCounters {
+pub(crate) struct ColdCounters {
     /// Body bytes found in the page cache when they were about to be sent.
     pub resident_bytes: Counter,
     /// Body bytes that had to be read from disk by a fill first.
@@ -285,7 +286,7 @@ impl Default for ColdCounters {
 
 #[derive(Debug, Default)]
 #[repr(align(128))] // whole cache lines: no false sharing with the next worker's counters
-pub struct WorkerCounters {
+pub(crate) struct WorkerCounters {
     /// The worker's index, its CPU, that CPU's NUMA node and silo (fixed at start).
     pub index: usize,
     pub cpu: Option<usize>,
@@ -335,61 +336,61 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
-    pub fn new(index: usize, cpu: Option<usize>, node: Option<usize>, domain: usize) -> WorkerCounters {
+    pub(crate) fn new(index: usize, cpu: Option<usize>, node: Option<usize>, domain: usize) -> WorkerCounters {
         let c = WorkerCounters { index, cpu, node, domain, ..WorkerCounters::default() };
         c.buffer_node.add(-1);
         c
     }
 
-    pub fn response(&self, status: Status) {
+    pub(crate) fn response(&self, status: Status) {
         self.responses[status.index()].add(1);
     }
 
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].add(1);
     }
 
-    pub fn errors_of(&self, kind: ErrorKind) -> u64 {
+    pub(crate) fn errors_of(&self, kind: ErrorKind) -> u64 {
         self.errors[kind as usize].get()
     }
 
-    pub fn body_bytes_of(&self, kind: TransportKind) -> u64 {
+    pub(crate) fn body_bytes_of(&self, kind: TransportKind) -> u64 {
         self.body_bytes[kind as usize].get()
     }
 
-    pub fn connections_in(&self, state: ConnState) -> i64 {
+    pub(crate) fn connections_in(&self, state: ConnState) -> i64 {
         self.connections[state as usize].get()
     }
 
     /// Connections open right now.
-    pub fn connections_open(&self) -> u64 {
+    pub(crate) fn connections_open(&self) -> u64 {
         self.connections_accepted.get().saturating_sub(self.connections_closed.get())
     }
 
-    pub fn requests(&self) -> u64 {
+    pub(crate) fn requests(&self) -> u64 {
         self.responses.iter().map(Counter::get).sum()
     }
 
     /// Responses whose status is in the class `class` (2 for 2xx...).
-    pub fn responses_in_class(&self, class: u16) -> u64 {
+    pub(crate) fn responses_in_class(&self, class: u16) -> u64 {
         Status::ALL.iter().filter(|s| s.code() / 100 == class).map(|s| self.responses[s.index()].get()).sum()
     }
 }
 
 /// Moves a connection between the state gauges; leaves the last state on drop.
-pub struct StateTracker<'a> {
+pub(crate) struct StateTracker<'a> {
     counters: &'a WorkerCounters,
     current: ConnState,
 }
 
 impl<'a> StateTracker<'a> {
-    pub fn new(counters: &'a WorkerCounters, state: ConnState) -> StateTracker<'a> {
+    pub(crate) fn new(counters: &'a WorkerCounters, state: ConnState) -> StateTracker<'a> {
         counters.connections[state as usize].add(1);
         StateTracker { counters, current: state }
     }
 
     #[inline]
-    pub fn set(&mut self, state: ConnState) {
+    pub(crate) fn set(&mut self, state: ConnState) {
         if state != self.current {
             self.counters.connections[self.current as usize].add(-1);
             self.counters.connections[state as usize].add(1);

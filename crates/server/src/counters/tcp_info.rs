@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use super::TcpHistograms;
 
 /// Picks connections to sample, with a per-worker xorshift generator.
-pub struct Chooser {
+pub(crate) struct Chooser {
     state: Cell<u64>,
     /// Sample when the next random number is below this.
     threshold: u64,
@@ -20,12 +20,12 @@ pub struct Chooser {
 
 impl Chooser {
     /// `fraction` in [0, 1]; `seed` should differ per worker.
-    pub fn new(fraction: f64, seed: u64) -> Chooser {
+    pub(crate) fn new(fraction: f64, seed: u64) -> Chooser {
         let threshold = if fraction >= 1.0 { u64::MAX } else { (fraction.max(0.0) * u64::MAX as f64) as u64 };
         Chooser { state: Cell::new(seed | 1), threshold }
     }
 
-    pub fn choose(&self) -> bool {
+    pub(crate) fn choose(&self) -> bool {
         if self.threshold == 0 {
             return false;
         }
@@ -40,7 +40,7 @@ impl Chooser {
 
 /// The TCP_INFO figures an access-log record carries for a sampled connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpFigures {
+pub(crate) struct TcpFigures {
     pub rtt_us: u32,
     /// Segments retransmitted over the connection's life.
     pub total_retransmits: u32,
@@ -50,17 +50,17 @@ pub struct TcpFigures {
 
 /// A sampled connection's own handle on its socket (a duplicate descriptor, so
 /// sampling never borrows the transport that is busy sending).
-pub struct Sampler {
+pub(crate) struct Sampler {
     sock: OwnedFd,
 }
 
 impl Sampler {
-    pub fn new(sock: impl AsFd) -> Option<Sampler> {
+    pub(crate) fn new(sock: impl AsFd) -> Option<Sampler> {
         sock.as_fd().try_clone_to_owned().ok().map(|sock| Sampler { sock })
     }
 
     /// Reads TCP_INFO and records it; returns the figures an access log keeps.
-    pub fn sample(&self, h: &TcpHistograms) -> Option<TcpFigures> {
+    pub(crate) fn sample(&self, h: &TcpHistograms) -> Option<TcpFigures> {
         let i = linerate_sys::tcp::tcp_info(self.sock.as_fd()).ok()?;
         h.samples.add(1);
         h.rtt_seconds.observe(f64::from(i.rtt_usecs) / 1e6);

@@ -32,12 +32,12 @@ use crate::config::{parse_base_url, BaseUrl, Origin};
 /// Response heads (status line and fields) longer than this are refused: an
 /// origin's head is a few hundred bytes, and a bounded one bounds the memory a
 /// broken or hostile origin can take per connection.
-pub const HEAD_LIMIT_BYTES: usize = 64 * 1024;
+pub(crate) const HEAD_LIMIT_BYTES: usize = 64 * 1024;
 
 /// Idle keep-alive connections are closed after this long unused (hyper's own
 /// pool default): long enough to carry a connection across the pauses of a
 /// steady fill, short enough not to hold origin sockets nothing uses.
-pub const IDLE_CONNECTION_SECS: u64 = 90;
+pub(super) const IDLE_CONNECTION_SECS: u64 = 90;
 
 /// One origin URL: where it is, how to connect, its idle connections, its counters.
 pub(super) struct Url {

@@ -4,7 +4,7 @@
 /// A `Content-Range` field: `bytes first-last/total`, `bytes first-last/*` (total
 /// unknown) or `bytes */total` (a 416's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContentRange {
+pub(crate) struct ContentRange {
     /// The range sent, inclusive.
     pub first: Option<(u64, u64)>,
     /// The length of the whole object.
@@ -14,7 +14,7 @@ pub struct ContentRange {
 impl ContentRange {
     /// Reads one field value (RFC 9110 section 14.4): the unit `bytes` (in any
     /// case), a range with `last >= first`, a total past `last`.
-    pub fn parse(value: &[u8]) -> Result<ContentRange, String> {
+    pub(crate) fn parse(value: &[u8]) -> Result<ContentRange, String> {
         let bad = |why: &str| format!("Content-Range {:?}: {why}", value.escape_ascii().to_string());
         let text = std::str::from_utf8(value).map_err(|_| bad("not ASCII"))?.trim();
         let (unit, rest) = text.split_once(' ').ok_or_else(|| bad("no unit"))?;
@@ -47,7 +47,7 @@ impl ContentRange {
 
     /// Checks it against the response: a 206 names a range, and its
     /// `Content-Length` (when sent) is the range's; a 416 names none.
-    pub fn check(&self, status: u16, content_length: Option<u64>) -> Result<(), String> {
+    pub(crate) fn check(&self, status: u16, content_length: Option<u64>) -> Result<(), String> {
         match (status, self.first) {
             (206, None) => Err("a 206 with Content-Range `bytes */...`".into()),
             (206, Some((first, last))) => match content_length {

@@ -4,7 +4,7 @@ use std::fmt;
 
 /// Why an origin request or its body failed.
 #[derive(Debug, thiserror::Error)]
-pub enum OriginError {
+pub(crate) enum OriginError {
     /// No connection: the address did not resolve, the connection was refused,
     /// or the TLS handshake failed (an untrusted certificate among others).
     #[error("cannot connect: {0}")]
@@ -26,7 +26,7 @@ pub enum OriginError {
 
 /// Which timeout ran out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// `connect_timeout`: the TCP connection and the TLS handshake.
     Connect,
     /// `first_byte_timeout`: sending the request and receiving the response head.
@@ -46,11 +46,11 @@ impl fmt::Display for Phase {
 }
 
 /// Every [`OriginError::kind`], in the order [`super::UrlStats::errors`] lists them.
-pub const KINDS: [&str; 5] = ["connect", "timeout", "status", "reset", "bad_response"];
+pub(super) const KINDS: [&str; 5] = ["connect", "timeout", "status", "reset", "bad_response"];
 
 impl OriginError {
     /// The metric label: one of [`KINDS`].
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         KINDS[self.kind_index()]
     }
 
@@ -70,7 +70,7 @@ impl OriginError {
     /// before the head (a crashed process behind a load balancer: nginx's
     /// `proxy_next_upstream error`), a 5xx. A malformed response is not retried:
     /// another copy of the same origin would most likely answer the same.
-    pub fn fails_over(&self) -> bool {
+    pub(crate) fn fails_over(&self) -> bool {
         match self {
             OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Status(_) => true,
             OriginError::Timeout(phase) => *phase != Phase::Idle,

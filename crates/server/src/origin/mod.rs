@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
-pub use self::{
+pub(crate) use self::{
     connect::HEAD_LIMIT_BYTES,
     error::{OriginError, Phase},
     request::OriginRequest,
@@ -72,7 +72,7 @@ use runtime::Runtime;
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The origin client of every `[[origin]]` table, and the threads it runs on.
-pub struct Origins {
+pub(crate) struct Origins {
     tables: Vec<Table>,
     /// Table indexes, longest prefix first.
     by_prefix: Vec<usize>,
@@ -93,7 +93,7 @@ impl Origins {
     /// only the certificates in the table's `ca_file` when set; SNI and Host are
     /// the origin URL's host, never the viewer's. Errors name the table's key
     /// (`origin[1].ca_file: ...`).
-    pub fn start(tables: &[crate::config::Origin], threads: usize) -> anyhow::Result<Arc<Origins>> {
+    pub(crate) fn start(tables: &[crate::config::Origin], threads: usize) -> anyhow::Result<Arc<Origins>> {
         let mut system_roots = None;
         let mut built = Vec::with_capacity(tables.len());
         for (i, config) in tables.iter().enumerate() {
@@ -133,19 +133,19 @@ impl Origins {
     /// The table whose prefix is the longest prefix of `path` (a normalised
     /// absolute path such as `/vod/a/b.mp4`) and the rest of the path after that
     /// prefix (`a/b.mp4`).
-    pub fn route<'p>(&self, path: &'p [u8]) -> Option<(usize, &'p [u8])> {
+    pub(crate) fn route<'p>(&self, path: &'p [u8]) -> Option<(usize, &'p [u8])> {
         self.by_prefix.iter().find_map(|&i| {
             let prefix = self.tables[i].config.prefix.as_bytes();
             path.strip_prefix(prefix).map(|rest| (i, rest))
         })
     }
 
-    pub fn table(&self, table: usize) -> &crate::config::Origin {
+    pub(crate) fn table(&self, table: usize) -> &crate::config::Origin {
         &self.tables[table].config
     }
 
     /// Runs `fut` on the origin runtime.
-    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+    pub(crate) fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
         self.runtime.spawn(fut);
     }
 
@@ -155,7 +155,7 @@ impl Origins {
     /// those, or the last failure (a 5xx from the last URL is
     /// `OriginError::Status`). Call it from a task on the origin runtime
     /// ([`Origins::spawn`]): the connections it opens run there.
-    pub async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
+    pub(crate) async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
         let t = &self.tables[table];
         let mut last = None;
         for (i, url) in t.urls.iter().enumerate() {
@@ -224,7 +224,7 @@ impl Origins {
     }
 
     /// Per origin URL: counters for /metrics and /status.
-    pub fn stats(&self) -> Vec<UrlStats> {
+    pub(crate) fn stats(&self) -> Vec<UrlStats> {
         self.tables
             .iter()
             .enumerate()

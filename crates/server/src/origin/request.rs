@@ -18,7 +18,7 @@ const OWN_FIELDS: [HeaderName; 5] =
 
 /// A request built by linerate (never a copy of the viewer's).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OriginRequest {
+pub(crate) struct OriginRequest {
     /// HEAD rather than GET.
     pub head: bool,
     /// What follows the URL's path: the rest of the viewer's path, normalised and

@@ -14,7 +14,7 @@ use super::content_range::ContentRange;
 use super::error::{OriginError, Phase};
 
 /// A response head from an origin, and the means to read its body.
-pub struct OriginResponse {
+pub(crate) struct OriginResponse {
     pub status: u16,
     pub headers: http::HeaderMap,
     /// Which URL of the table answered (an index into its `urls`).
@@ -76,7 +76,7 @@ impl OriginResponse {
     /// A longer body is seen when its surplus comes before the connection goes
     /// idle (in practice: with the body's last bytes), as nginx sees it; the
     /// connection is then closed, never reused.
-    pub async fn chunk(&mut self) -> Result<Option<Bytes>, OriginError> {
+    pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, OriginError> {
         match self.state {
             State::Reading => {}
             State::Done => return Ok(None),
@@ -107,7 +107,7 @@ impl OriginResponse {
     /// `Content-Range: bytes first-last/total` of a 206 (or `bytes */total` of a
     /// 416), checked; `None` when absent; an error when malformed or inconsistent
     /// (with the status, or with a 206's `Content-Length`).
-    pub fn content_range(&self) -> Result<Option<ContentRange>, OriginError> {
+    pub(crate) fn content_range(&self) -> Result<Option<ContentRange>, OriginError> {
         let mut fields = self.headers.get_all(CONTENT_RANGE).iter();
         let Some(value) = fields.next() else { return Ok(None) };
         if fields.next().is_some() {

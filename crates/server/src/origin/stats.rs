@@ -9,12 +9,12 @@ use super::error::{OriginError, KINDS};
 /// Upper bounds, in seconds, of the first-byte histogram: a warm origin answers
 /// in milliseconds, a cold one from its disks in up to seconds, and the default
 /// `first_byte_timeout` is 15 s.
-pub const FIRST_BYTE_SECONDS: &[f64] =
+pub(super) const FIRST_BYTE_SECONDS: &[f64] =
     &[0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 /// One origin URL's counters, for /metrics and /status.
 #[derive(Clone, Debug, PartialEq)]
-pub struct UrlStats {
+pub(crate) struct UrlStats {
     /// Index of the `[[origin]]` table.
     pub table: usize,
     pub url: String,

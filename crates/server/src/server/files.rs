@@ -35,7 +35,7 @@ use super::pagecache::{FileId, FilePages};
 use super::settings::Settings;
 
 /// An open regular file and the validators derived from it.
-pub struct OpenFile {
+pub(super) struct OpenFile {
     pub file: File,
     pub stat: FileStat,
     /// Strong entity tag, quotes included.
@@ -63,13 +63,13 @@ impl FilePages for OpenFile {
     }
 }
 
-pub enum Lookup {
+pub(super) enum Lookup {
     File(Rc<OpenFile>),
     Directory,
 }
 
 #[derive(Debug)]
-pub enum LookupError {
+pub(super) enum LookupError {
     NotFound,
     /// Exists but may not be served: permissions, a symlink out of the root, a FIFO...
     Forbidden,
@@ -89,7 +89,7 @@ impl From<io::Error> for LookupError {
     }
 }
 
-pub struct FileCache {
+pub(super) struct FileCache {
     /// Keyed by the settings' generation (8 bytes) followed by the relative path.
     entries: lru::LruCache<Vec<u8>, Rc<OpenFile>>,
     enabled: bool,
@@ -99,13 +99,13 @@ pub struct FileCache {
 }
 
 impl FileCache {
-    pub fn new(capacity: usize, valid: Duration) -> FileCache {
+    pub(super) fn new(capacity: usize, valid: Duration) -> FileCache {
         let cap = std::num::NonZeroUsize::new(capacity.max(1)).expect("non-zero");
         FileCache { entries: lru::LruCache::new(cap), enabled: capacity > 0, valid, key: Vec::new() }
     }
 
     /// Finds the file at `rel` (relative to the root, already normalised).
-    pub fn open(&mut self, settings: &Settings, rel: &[u8]) -> Result<Lookup, LookupError> {
+    pub(super) fn open(&mut self, settings: &Settings, rel: &[u8]) -> Result<Lookup, LookupError> {
         if rel.is_empty() {
             return Ok(Lookup::Directory);
         }

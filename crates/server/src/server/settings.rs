@@ -18,7 +18,7 @@ use linerate_http::request::Limits;
 use crate::config::Config;
 use crate::tls::{TlsRuntime, TlsSettings};
 
-pub struct Settings {
+pub(crate) struct Settings {
     pub config: Config,
     /// The content root, opened once; files are opened relative to it.
     pub root: File,
@@ -52,7 +52,12 @@ impl Settings {
     /// Resolves a validated configuration. `workers` is the final worker count and
     /// `nofile` the open-file limit in force, used to size connection limits; `tls`
     /// is needed when the configuration has HTTPS listeners.
-    pub fn new(config: Config, workers: usize, nofile: u64, tls: Option<&TlsRuntime>) -> anyhow::Result<Settings> {
+    pub(crate) fn new(
+        config: Config,
+        workers: usize,
+        nofile: u64,
+        tls: Option<&TlsRuntime>,
+    ) -> anyhow::Result<Settings> {
         let root_path = config.root.clone().context("no content root")?;
         let root =
             File::open(&root_path).with_context(|| format!("cannot open content root {}", root_path.display()))?;
@@ -108,7 +113,7 @@ impl Settings {
     }
 
     /// The media type for a path, configuration first, then the built-in table.
-    pub fn content_type(&self, path: &[u8]) -> &str {
+    pub(crate) fn content_type(&self, path: &[u8]) -> &str {
         let Some(ext) = linerate_http::mime::extension(path) else {
             return linerate_http::mime::DEFAULT_TYPE;
         };

@@ -87,10 +87,10 @@ use self::journal::{Journal, Record, Rewrite, SliceFile};
 use crate::config::Cache as CacheConfig;
 
 /// The first 16 bytes of the SHA-256 of a cache key.
-pub type KeyHash = [u8; 16];
+pub(crate) type KeyHash = [u8; 16];
 
 /// The hash a cache key is stored under.
-pub fn key_hash(key: &[u8]) -> KeyHash {
+pub(crate) fn key_hash(key: &[u8]) -> KeyHash {
     let d = digest(&SHA256, key);
     let mut h = [0; 16];
     h.copy_from_slice(&d.as_ref()[..16]);
@@ -98,18 +98,18 @@ pub fn key_hash(key: &[u8]) -> KeyHash {
 }
 
 /// How long a directory that failed a write is left alone before it is tried again.
-pub const UNWRITABLE_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const UNWRITABLE_RETRY: Duration = Duration::from_secs(30);
 
 /// Shards of the index: lookups of different keys rarely meet on one lock.
 const SHARDS: usize = 64;
 
 /// Demand per byte of each file the page cache knows, by `(dev, ino)`: the
 /// admission's estimate, which ranks evictions.
-pub type Popularity = Box<dyn Fn() -> HashMap<(u64, u64), f64> + Send + Sync>;
+pub(crate) type Popularity = Box<dyn Fn() -> HashMap<(u64, u64), f64> + Send + Sync>;
 
 /// What the store keeps of an object besides its bytes.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ObjectMeta {
+pub(crate) struct ObjectMeta {
     /// The full cache key, for the caller to compare (two keys may share a hash).
     pub key: Vec<u8>,
     /// 200, or 404/410 for a cached negative answer (no slices).
@@ -141,7 +141,7 @@ impl ObjectMeta {
 /// A committed slice, as its file was when looked up. The caller opening `path`
 /// should compare the descriptor's `(dev, ino)` with these.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SliceRef {
+pub(crate) struct SliceRef {
     pub path: PathBuf,
     pub len: u64,
     pub dev: u64,
@@ -152,7 +152,7 @@ pub struct SliceRef {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     /// The directory failed a write (full, read-only, refused, or a disk error),
     /// now or less than [`UNWRITABLE_RETRY`] ago: pass the bytes through.
     #[error("cache directory {dir:?} is not writable: {source}")]
@@ -169,7 +169,7 @@ pub enum StoreError {
 
 /// What the store holds, for `/status` and `/metrics`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StoreStats {
+pub(crate) struct StoreStats {
     pub objects: u64,
     pub slices: u64,
     pub bytes: u64,
@@ -177,7 +177,7 @@ pub struct StoreStats {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirStats {
+pub(crate) struct DirStats {
     pub path: PathBuf,
     pub objects: u64,
     pub slices: u64,
@@ -194,7 +194,7 @@ pub struct DirStats {
 }
 
 /// How often the evictor looks at each directory.
-pub const EVICT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const EVICT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Free bytes of the file system holding a path.
 type FreeBytes = Box<dyn Fn(&Path) -> io::Result<u64> + Send + Sync>;
@@ -219,7 +219,7 @@ impl Default for Options {
 }
 
 /// The slice store (see the module doc).
-pub struct Store {
+pub(crate) struct Store {
     shared: Arc<Shared>,
     /// The sweep (and the evictor), joined when the store is dropped.
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -310,7 +310,7 @@ impl Store {
     /// Opens (creates) every directory of `config`, replays the journals, and
     /// starts the evictor and the sweep. `popularity` gives demand per byte by
     /// file (dev, ino).
-    pub fn open(config: &CacheConfig, popularity: Popularity) -> Result<Arc<Store>, StoreError> {
+    pub(crate) fn open(config: &CacheConfig, popularity: Popularity) -> Result<Arc<Store>, StoreError> {
         Store::open_with(config, popularity, Options::default())
     }
 
@@ -423,12 +423,12 @@ impl Store {
         Ok(Arc::new(Store { shared, threads }))
     }
 
-    pub fn slice_bytes(&self) -> u64 {
+    pub(crate) fn slice_bytes(&self) -> u64 {
         self.shared.slice_bytes
     }
 
     /// The metadata stored under `key`; the caller compares its `key` field.
-    pub fn object(&self, key: &KeyHash) -> Option<Arc<ObjectMeta>> {
+    pub(crate) fn object(&self, key: &KeyHash) -> Option<Arc<ObjectMeta>> {
         self.shared.shard(key).objects.get(key).map(|e| e.meta.clone())
     }
 
@@ -438,7 +438,7 @@ impl Store {
     /// record cannot be written (`Unwritable`): the slices stay servable, and a
     /// restart brings back the previous metadata, older but consistent with them.
     /// A new version is not stored while no directory takes writes.
-    pub fn put_object(&self, key: &KeyHash, meta: ObjectMeta) -> Result<(), StoreError> {
+    pub(crate) fn put_object(&self, key: &KeyHash, meta: ObjectMeta) -> Result<(), StoreError> {
         let s = &*self.shared;
         let now = s.now_ms();
         let mut stale = Vec::new();
@@ -487,7 +487,7 @@ impl Store {
     }
 
     /// Drops an object and its slices (the origin replaced it, or it was damaged).
-    pub fn drop_object(&self, key: &KeyHash) {
+    pub(crate) fn drop_object(&self, key: &KeyHash) {
         let s = &*self.shared;
         // The number is taken under the lock, so that it orders this drop before
         // a put of the same key that follows it.
@@ -505,7 +505,7 @@ impl Store {
     /// A committed slice, checked against its file with one `stat`: a file that
     /// is missing or not the one recorded (size, inode, mtime) is dropped from
     /// the index and reported absent.
-    pub fn slice(&self, key: &KeyHash, index: u64) -> Option<SliceRef> {
+    pub(crate) fn slice(&self, key: &KeyHash, index: u64) -> Option<SliceRef> {
         let s = &*self.shared;
         let (dir, gen, slice) = {
             let shard = s.shard(key);
@@ -533,7 +533,7 @@ impl Store {
     /// Starts writing slice `index` (of `len` bytes) of an object whose metadata
     /// is stored: a new temporary file, opened read-write (readers may `sendfile`
     /// from it while it is written: hand out `writer.file()`).
-    pub fn begin_slice(&self, key: &KeyHash, index: u64, len: u64) -> Result<SliceWriter, StoreError> {
+    pub(crate) fn begin_slice(&self, key: &KeyHash, index: u64, len: u64) -> Result<SliceWriter, StoreError> {
         let s = &self.shared;
         let now = s.now_ms();
         let (dir, gen) = {
@@ -583,7 +583,7 @@ impl Store {
     /// replaced meanwhile is discarded (`StoreError::NoObject`). Once the slice
     /// is visible, a failure to write its record only marks the directory: the
     /// slice is served until a restart, which sweeps it as unknown.
-    pub fn commit_slice(&self, mut writer: SliceWriter) -> Result<SliceRef, StoreError> {
+    pub(crate) fn commit_slice(&self, mut writer: SliceWriter) -> Result<SliceRef, StoreError> {
         let s = &*self.shared;
         let d = &s.dirs[writer.dir];
         let st = writer.file.metadata()?;
@@ -627,12 +627,12 @@ impl Store {
 
     /// Gives up a slice being written: its temporary file goes (as when a
     /// writer is dropped).
-    pub fn abort_slice(&self, writer: SliceWriter) {
+    pub(crate) fn abort_slice(&self, writer: SliceWriter) {
         drop(writer);
     }
 
     /// Forgets a slice found damaged by a reader (and removes its file).
-    pub fn forget_slice(&self, key: &KeyHash, index: u64) {
+    pub(crate) fn forget_slice(&self, key: &KeyHash, index: u64) {
         let s = &*self.shared;
         let Some(gen) = s.shard(key).objects.get(key).map(|e| e.gen) else { return };
         s.drop_slice(key, gen, index, None, true);
@@ -640,14 +640,14 @@ impl Store {
 
     /// Notes a hit on a slice: among slices of equal demand, the least recently
     /// used are evicted first.
-    pub fn note_use(&self, key: &KeyHash, index: u64) {
+    pub(crate) fn note_use(&self, key: &KeyHash, index: u64) {
         let mut shard = self.shared.shard(key);
         if let Some(slice) = shard.objects.get_mut(key).and_then(|e| e.slices.get_mut(&index)) {
             slice.used_ms = unix_ms();
         }
     }
 
-    pub fn stats(&self) -> StoreStats {
+    pub(crate) fn stats(&self) -> StoreStats {
         let s = &*self.shared;
         let now = s.now_ms();
         let mut stats = StoreStats::default();
@@ -849,7 +849,7 @@ impl Shared {
 
 /// A slice being written (see [`Store::begin_slice`]). Dropped unfinished, it
 /// removes its temporary file.
-pub struct SliceWriter {
+pub(crate) struct SliceWriter {
     shared: Arc<Shared>,
     tmp: PathBuf,
     file: Arc<File>,
@@ -867,13 +867,13 @@ pub struct SliceWriter {
 impl SliceWriter {
     /// The temporary file, read-write: readers may `sendfile` its first
     /// [`SliceWriter::written`] bytes.
-    pub fn file(&self) -> &Arc<File> {
+    pub(crate) fn file(&self) -> &Arc<File> {
         &self.file
     }
 
     /// Writes `bytes` at `offset` of the slice. Past the slice's length:
     /// `StoreError::Length`.
-    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), StoreError> {
+    pub(crate) fn write_at(&self, bytes: &[u8], offset: u64) -> Result<(), StoreError> {
         let end = offset.saturating_add(bytes.len() as u64);
         if end > self.len {
             return Err(StoreError::Length { expected: self.len, got: end });
@@ -887,7 +887,7 @@ impl SliceWriter {
     /// The end of the furthest write so far (fills write in order, so the bytes
     /// before it are all there).
     #[cfg(test)]
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }
 }

@@ -20,7 +20,7 @@ use crate::tls::{control, Control};
 
 static ZEROCOPY_FAILURE_LOGGED: AtomicBool = AtomicBool::new(false);
 
-pub struct Ktls {
+pub(crate) struct Ktls {
     stream: TcpStream,
     pace: Pace,
     body_bytes: u64,
@@ -37,7 +37,7 @@ fn records_for(len: u64) -> u64 {
 impl Ktls {
     /// Hands the session's keys to the kernel. An error here leaves the socket
     /// unusable (rustls has given the session away), so the caller closes it.
-    pub fn new(stream: TcpStream, est: Established, limits: SendLimits, zerocopy: bool) -> io::Result<Ktls> {
+    pub(crate) fn new(stream: TcpStream, est: Established, limits: SendLimits, zerocopy: bool) -> io::Result<Ktls> {
         let sock = stream.as_fd();
         ktls::attach_ulp(sock)?;
         let version = match est.protocol {

@@ -21,13 +21,13 @@
 use std::fs::File;
 use std::io;
 
-pub mod ktls;
-pub mod plain;
+pub(crate) mod ktls;
+pub(crate) mod plain;
 mod socket;
-pub mod usertls;
+pub(crate) mod usertls;
 
-pub use socket::close as close_tcp;
-pub use socket::SendLimits;
+pub(crate) use socket::close as close_tcp;
+pub(crate) use socket::SendLimits;
 
 /// A read buffer's first allocation: room for a typical request head.
 const FIRST_READ_BYTES: usize = 2048;
@@ -36,7 +36,7 @@ const READ_CHUNK_BYTES: usize = 4096;
 
 /// Makes room in `buf` for a read, once bytes have arrived: a first allocation of
 /// 2 KiB, then 4 KiB more whenever less than half of that is left.
-pub fn read_room(buf: &mut Vec<u8>) {
+pub(crate) fn read_room(buf: &mut Vec<u8>) {
     if buf.capacity() == 0 {
         buf.reserve_exact(FIRST_READ_BYTES);
     } else if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 2 {
@@ -46,7 +46,7 @@ pub fn read_room(buf: &mut Vec<u8>) {
 
 /// Why sending a response stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error("client accepted no data for the send timeout")]
@@ -62,7 +62,7 @@ pub enum SendError {
 }
 
 #[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send
-pub trait Transport {
+pub(crate) trait Transport {
     /// Which send path this is, for the body-byte counters.
     const KIND: crate::counters::TransportKind;
 

@@ -8,14 +8,14 @@ use tokio::net::TcpStream;
 use super::socket::{Pace, SendLimits};
 use super::{socket, SendError, Transport};
 
-pub struct Plain {
+pub(crate) struct Plain {
     stream: TcpStream,
     pace: Pace,
     body_bytes: u64,
 }
 
 impl Plain {
-    pub fn new(stream: TcpStream, limits: SendLimits) -> Plain {
+    pub(crate) fn new(stream: TcpStream, limits: SendLimits) -> Plain {
         Plain { stream, pace: Pace::new(limits), body_bytes: 0 }
     }
 }

@@ -20,7 +20,7 @@ const LINGER_MAX_BYTES: usize = 256 * 1024;
 /// at all for that long) and the lowest average rate of a response (once it has
 /// taken longer than `min_rate_after`). From the settings the connection started with.
 #[derive(Clone, Copy, Debug)]
-pub struct SendLimits {
+pub(crate) struct SendLimits {
     pub timeout: Duration,
     /// Bytes per second; 0 = no minimum.
     pub min_rate: u64,
@@ -28,7 +28,7 @@ pub struct SendLimits {
 }
 
 impl SendLimits {
-    pub fn new(config: &crate::config::Config) -> SendLimits {
+    pub(crate) fn new(config: &crate::config::Config) -> SendLimits {
         SendLimits {
             timeout: config.timeouts.send,
             min_rate: config.client_limits.min_send_rate,
@@ -44,19 +44,19 @@ impl SendLimits {
 /// minimum, `start + max(min_rate_after, sent / min_rate)`, since nothing is sent
 /// while waiting.
 #[derive(Debug)]
-pub struct Pace {
+pub(super) struct Pace {
     limits: SendLimits,
     started: tokio::time::Instant,
     base: u64,
 }
 
 impl Pace {
-    pub fn new(limits: SendLimits) -> Pace {
+    pub(super) fn new(limits: SendLimits) -> Pace {
         Pace { limits, started: tokio::time::Instant::now(), base: 0 }
     }
 
     /// A response starts; `sent` is the connection's body-byte count so far.
-    pub fn begin(&mut self, sent: u64) {
+    pub(super) fn begin(&mut self, sent: u64) {
         if self.limits.min_rate > 0 {
             self.started = tokio::time::Instant::now();
             self.base = sent;
@@ -80,7 +80,7 @@ impl Pace {
 /// Waits until the socket may take more bytes. Fails after the send timeout, or
 /// when the response in flight (`sent`: the connection's body bytes so far) falls
 /// under the minimum average rate, whichever comes first.
-pub async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result<(), SendError> {
+pub(super) async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result<(), SendError> {
     let now = tokio::time::Instant::now();
     let timeout_at = now + pace.limits.timeout;
     let (deadline, error) = match pace.slow_at(sent) {
@@ -116,7 +116,7 @@ pub async fn wait_writable(stream: &TcpStream, pace: &Pace, sent: u64) -> Result
 /// a new readiness event; an end of stream already seen stays visible (tokio never
 /// clears the closed states); and tokio clears only the readiness it observed before
 /// the closure ran, not an event that arrived meanwhile.
-pub fn read_available(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+pub(super) fn read_available(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
     let room = buf.capacity() - buf.len();
     let mut short = 0;
     let got = stream.try_io(Interest::READABLE, || {
@@ -136,7 +136,7 @@ pub fn read_available(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize
 
 /// Sends all of `bytes`; with `more`, the kernel holds them for the bytes that
 /// follow. `sent` is the connection's body-byte count, for the rate check.
-pub async fn send_all(
+pub(super) async fn send_all(
     stream: &TcpStream,
     mut bytes: &[u8],
     more: bool,
@@ -157,7 +157,7 @@ pub async fn send_all(
 
 /// Sends `len` bytes of `file` from `offset` with `sendfile`, adding each sent
 /// chunk to `sent`.
-pub async fn sendfile_all(
+pub(super) async fn sendfile_all(
     stream: &TcpStream,
     file: &File,
     mut offset: u64,
@@ -187,7 +187,7 @@ pub async fn sendfile_all(
 
 /// Shuts the sending side and, with `linger`, reads and drops what the client
 /// still sends for a moment (see `Transport::close`).
-pub async fn close(stream: &mut TcpStream, linger: bool) {
+pub(crate) async fn close(stream: &mut TcpStream, linger: bool) {
     let _ = stream.shutdown().await;
     if !linger {
         return;

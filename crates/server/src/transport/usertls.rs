@@ -37,7 +37,7 @@ use crate::tls::inbound::Inbound;
 use crate::tls::record::{self, Opener, Protocol, Sealer, MAX_PAYLOAD};
 
 /// Records sealed per `write`: 16 full records is 256 KiB of file data per syscall.
-pub const RECORDS_PER_WRITE: usize = 16;
+pub(crate) const RECORDS_PER_WRITE: usize = 16;
 /// Largest record this side produces (TLS 1.2 AES-GCM has the most overhead).
 const MAX_RECORD: usize = MAX_PAYLOAD + 29;
 /// A batch buffer: the records plus room for one KeyUpdate record in front.
@@ -49,7 +49,7 @@ const RX_FIRST_READ_BYTES: usize = 2048;
 
 /// A worker's pool of batch buffers, shared by its user-space TLS connections.
 #[derive(Default)]
-pub struct RecordBuffers {
+pub(crate) struct RecordBuffers {
     free: RefCell<Vec<Vec<u8>>>,
 }
 
@@ -60,7 +60,7 @@ impl RecordBuffers {
 
     /// A batch buffer with every page written, so that it exists in memory (first
     /// touch decides its node), for the worker to keep in its pool.
-    pub fn warm_one(&self) -> Vec<u8> {
+    pub(crate) fn warm_one(&self) -> Vec<u8> {
         let mut b = self.take();
         for page in b.chunks_mut(4096) {
             page[0] = 1;
@@ -68,7 +68,7 @@ impl RecordBuffers {
         b
     }
 
-    pub fn give_back(&self, buf: Vec<u8>) {
+    pub(crate) fn give_back(&self, buf: Vec<u8>) {
         self.give(buf);
     }
 
@@ -80,7 +80,7 @@ impl RecordBuffers {
     }
 }
 
-pub struct UserTls {
+pub(crate) struct UserTls {
     stream: TcpStream,
     pace: Pace,
     sealer: Sealer,
@@ -179,7 +179,7 @@ struct FileBatch {
 }
 
 impl UserTls {
-    pub fn new(stream: TcpStream, est: Established, limits: SendLimits, buffers: Rc<RecordBuffers>) -> UserTls {
+    pub(crate) fn new(stream: TcpStream, est: Established, limits: SendLimits, buffers: Rc<RecordBuffers>) -> UserTls {
         let limit = est.record_limit();
         UserTls {
             stream,

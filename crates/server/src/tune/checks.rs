@@ -8,7 +8,7 @@ use super::features::Features;
 use crate::sysfs::{format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, Host, Nic};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(super) enum Status {
     /// Fine as it is.
     Ok,
     /// `--apply` would change it.
@@ -32,7 +32,7 @@ impl fmt::Display for Status {
 
 /// One thing `--apply` can do, and undo.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Write `value` to the file at `path` (relative to the root).
     Write { path: String, value: String },
     /// Turn a NIC feature on or off.
@@ -54,7 +54,7 @@ impl fmt::Display for Action {
 }
 
 #[derive(Clone, Debug)]
-pub struct Finding {
+pub(super) struct Finding {
     pub check: &'static str,
     pub status: Status,
     /// What was found and why it matters.
@@ -73,7 +73,7 @@ impl Finding {
 }
 
 /// Runs every check against `host`.
-pub fn run_all(host: &Host, features: &dyn Features) -> Vec<Finding> {
+pub(super) fn run_all(host: &Host, features: &dyn Features) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(ktls(host));
     let nics = host.nics();

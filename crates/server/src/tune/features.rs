@@ -11,20 +11,20 @@ use linerate_sys::ethtool;
 use crate::sysfs::Host;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Feature {
+pub(crate) struct Feature {
     pub active: bool,
     pub changeable: bool,
 }
 
 /// Where feature states come from and go to.
-pub trait Features {
+pub(crate) trait Features {
     /// Every feature of `iface` by its kernel name (`rx-gro`, `rx-lro`, `tls-hw-tx-offload`).
     fn features(&self, iface: &str) -> io::Result<BTreeMap<String, Feature>>;
     fn set(&self, iface: &str, name: &str, on: bool) -> io::Result<()>;
 }
 
 /// The running kernel, through `SIOCETHTOOL`.
-pub struct LiveFeatures;
+pub(crate) struct LiveFeatures;
 
 impl Features for LiveFeatures {
     fn features(&self, iface: &str) -> io::Result<BTreeMap<String, Feature>> {
@@ -42,7 +42,7 @@ impl Features for LiveFeatures {
 }
 
 /// Captured `ethtool -k` outputs under a snapshot root.
-pub struct SnapshotFeatures {
+pub(crate) struct SnapshotFeatures {
     pub host: Host,
 }
 
@@ -61,7 +61,7 @@ fn kernel_name(display: &str) -> &str {
 }
 
 /// Parses `ethtool -k` output: `name: on|off [fixed]` per line.
-pub fn parse_ethtool_k(text: &str) -> BTreeMap<String, Feature> {
+pub(crate) fn parse_ethtool_k(text: &str) -> BTreeMap<String, Feature> {
     text.lines()
         .filter_map(|l| {
             let (name, state) = l.trim().split_once(':')?;

@@ -17,13 +17,13 @@ pub trait NicControl {
 }
 
 /// A real interface, through `SIOCETHTOOL`.
-pub struct LiveNic {
+pub(super) struct LiveNic {
     iface: String,
     sock: OwnedFd,
 }
 
 impl LiveNic {
-    pub fn open(iface: &str) -> io::Result<LiveNic> {
+    pub(super) fn open(iface: &str) -> io::Result<LiveNic> {
         Ok(LiveNic { iface: iface.to_string(), sock: ethtool::control_socket()? })
     }
 }
@@ -56,7 +56,7 @@ impl NicControl for LiveNic {
 
 /// What a driver accepts for `rx-usecs`, where it differs from "any value".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DriverQuirks {
+pub(super) struct DriverQuirks {
     /// `rx-usecs` values that select the driver's own adaptive mode instead of a
     /// timer (e1000e: 1 = dynamic, 3 = dynamic conservative, 4 = simplified).
     pub adaptive_usecs: &'static [u32],
@@ -65,7 +65,7 @@ pub struct DriverQuirks {
 }
 
 /// Quirks of the drivers we know; other drivers get none.
-pub fn quirks(driver: &str) -> DriverQuirks {
+pub(super) fn quirks(driver: &str) -> DriverQuirks {
     match driver {
         // Intel's older drivers encode modes in small rx-usecs values
         // (Documentation/networking/device_drivers/ethernet/intel/).

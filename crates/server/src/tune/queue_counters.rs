@@ -14,7 +14,7 @@ use crate::sysfs::{Host, InterruptLine};
 
 /// Cumulative counters of one receive queue (or of the whole device).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueCounters {
+pub(super) struct QueueCounters {
     pub packets: u64,
     pub bytes: u64,
     pub interrupts: u64,
@@ -46,7 +46,7 @@ fn parse_rx_stat(name: &str) -> Option<(u32, Kind)> {
 
 /// Per-queue packets and bytes from driver statistics; empty unless every queue
 /// found has both.
-pub fn per_queue_from_stats(stats: &[(String, u64)]) -> BTreeMap<u32, QueueCounters> {
+pub(super) fn per_queue_from_stats(stats: &[(String, u64)]) -> BTreeMap<u32, QueueCounters> {
     let mut out: BTreeMap<u32, (Option<u64>, Option<u64>)> = BTreeMap::new();
     for (name, value) in stats {
         if let Some((q, kind)) = parse_rx_stat(name) {
@@ -89,7 +89,7 @@ fn rx_queue_of(line: &InterruptLine) -> Option<u32> {
 }
 
 /// Interrupt lines of `iface` (by name, or by the IRQ numbers the device owns).
-pub fn nic_interrupts(host: &Host, iface: &str, irqs: &[u32], bus_or_virtio: &[String]) -> Vec<InterruptLine> {
+pub(super) fn nic_interrupts(host: &Host, iface: &str, irqs: &[u32], bus_or_virtio: &[String]) -> Vec<InterruptLine> {
     host.interrupts()
         .into_iter()
         .filter(|l| {
@@ -101,7 +101,7 @@ pub fn nic_interrupts(host: &Host, iface: &str, irqs: &[u32], bus_or_virtio: &[S
 }
 
 /// Receive interrupts per queue; queues whose vector cannot be told apart are absent.
-pub fn interrupts_per_queue(lines: &[InterruptLine]) -> BTreeMap<u32, u64> {
+pub(super) fn interrupts_per_queue(lines: &[InterruptLine]) -> BTreeMap<u32, u64> {
     let mut out = BTreeMap::new();
     for l in lines {
         if let Some(q) = rx_queue_of(l) {
@@ -113,7 +113,7 @@ pub fn interrupts_per_queue(lines: &[InterruptLine]) -> BTreeMap<u32, u64> {
 
 /// All receive interrupts of the device: the per-queue vectors when there are
 /// any, otherwise every line of the device (a single MSI or legacy interrupt).
-pub fn interrupts_total(lines: &[InterruptLine]) -> u64 {
+pub(super) fn interrupts_total(lines: &[InterruptLine]) -> u64 {
     let per_queue = interrupts_per_queue(lines);
     if per_queue.is_empty() {
         lines.iter().map(|l| l.per_cpu.iter().sum::<u64>()).sum()
@@ -123,7 +123,7 @@ pub fn interrupts_total(lines: &[InterruptLine]) -> u64 {
 }
 
 /// Device totals from sysfs.
-pub fn device_totals(host: &Host, iface: &str) -> Option<(u64, u64)> {
+pub(super) fn device_totals(host: &Host, iface: &str) -> Option<(u64, u64)> {
     let base = format!("sys/class/net/{iface}/statistics");
     Some((host.read_u64(&format!("{base}/rx_packets")).ok()?, host.read_u64(&format!("{base}/rx_bytes")).ok()?))
 }

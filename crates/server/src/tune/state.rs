@@ -14,14 +14,14 @@ use crate::sysfs::Host;
 /// One applied change and what it replaced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Entry {
+pub(super) enum Entry {
     Write { path: String, previous: String, value: String },
     Feature { iface: String, name: String, previous: bool, value: bool },
     Module { name: String },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub struct State {
+pub(super) struct State {
     /// The root the changes were made under; a revert must use the same one.
     pub root: PathBuf,
     #[serde(default, rename = "entry")]
@@ -29,7 +29,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn load(path: &Path) -> anyhow::Result<Option<State>> {
+    pub(super) fn load(path: &Path) -> anyhow::Result<Option<State>> {
         match std::fs::read_to_string(path) {
             Ok(s) => Ok(Some(toml::from_str(&s).with_context(|| format!("state file {}", path.display()))?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -37,7 +37,7 @@ impl State {
         }
     }
 
-    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+    pub(super) fn save(&self, path: &Path) -> anyhow::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -60,7 +60,7 @@ impl State {
 }
 
 /// What happened to one action.
-pub enum Outcome {
+pub(super) enum Outcome {
     Done,
     Skipped(String),
     Failed(anyhow::Error),
@@ -68,7 +68,7 @@ pub enum Outcome {
 
 /// Performs `actions` in order, saving `state_path` after each. Returns one outcome
 /// per action.
-pub fn apply(
+pub(super) fn apply(
     host: &Host,
     features: &dyn Features,
     actions: &[Action],
@@ -143,7 +143,7 @@ fn run_modprobe(args: &[&str]) -> anyhow::Result<()> {
 
 /// Undoes everything in the state file, newest first. Entries that fail stay in
 /// the file (and the error is returned); the file is removed when all succeed.
-pub fn revert(
+pub(super) fn revert(
     host: &Host,
     features: &dyn Features,
     state_path: &Path,

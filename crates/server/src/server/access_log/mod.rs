@@ -33,7 +33,7 @@ mod testing;
 mod worker_log;
 mod writer;
 
-pub use crate::config::AccessLogFormat as Format;
-pub use record::Record;
-pub use worker_log::WorkerLog;
-pub use writer::AccessLog;
+pub(crate) use crate::config::AccessLogFormat as Format;
+pub(crate) use record::Record;
+pub(crate) use worker_log::WorkerLog;
+pub(crate) use writer::AccessLog;

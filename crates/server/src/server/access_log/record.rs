@@ -12,7 +12,7 @@ use super::numerals::{client_ip, millis, num};
 use crate::counters::tcp_info::TcpFigures;
 
 /// Everything a record says about one response.
-pub struct Record<'a> {
+pub(crate) struct Record<'a> {
     /// When the request head had arrived.
     pub time: SystemTime,
     pub client: SocketAddr,
@@ -61,7 +61,7 @@ impl Record<'_> {
         self.referer.map(|r| &r[..r.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(r.len())])
     }
 
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"time\":\"");
         rfc3339_millis(self.time, out);
         out.extend_from_slice(b"\",\"client\":\"");
@@ -131,7 +131,7 @@ impl Record<'_> {
     /// `$remote_addr - - [$time_local] "$request" $status $body_bytes_sent
     /// "$http_referer" "$http_user_agent"`, as nginx writes it (times in UTC), with
     /// the query left out of `$request` and `$http_referer`.
-    pub fn write_combined(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_combined(&self, out: &mut Vec<u8>) {
         client_ip(self.client.ip(), out);
         out.extend_from_slice(b" - - [");
         clf_time(self.time, out);

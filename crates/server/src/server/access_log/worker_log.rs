@@ -47,7 +47,7 @@ impl Batch {
 }
 
 /// A worker's buffer of formatted records.
-pub struct WorkerLog {
+pub(crate) struct WorkerLog {
     log: Arc<AccessLog>,
     /// Emptied buffers of this worker's written batches, given back by the writer
     /// (a channel only this worker receives from: no lock is shared).
@@ -62,7 +62,7 @@ pub struct WorkerLog {
 }
 
 impl WorkerLog {
-    pub fn new(log: Arc<AccessLog>) -> WorkerLog {
+    pub(crate) fn new(log: Arc<AccessLog>) -> WorkerLog {
         let (give_back, spare) = mpsc::sync_channel(SPARE_BUFFERS);
         WorkerLog {
             log,
@@ -77,7 +77,7 @@ impl WorkerLog {
     }
 
     /// Whether this response is to be logged: one in `sample`, counted per worker.
-    pub fn wants_next(&self, sample: u64) -> bool {
+    pub(crate) fn wants_next(&self, sample: u64) -> bool {
         let n = self.seen.get();
         self.seen.set(n.wrapping_add(1));
         n % sample.max(1) == 0
@@ -90,7 +90,7 @@ impl WorkerLog {
     /// given at `at`, to well under a millisecond, except in the second after the
     /// wall clock is stepped, when records keep the old time base until the next
     /// reading.
-    pub fn wall_time(&self, at: Instant, now: Instant) -> SystemTime {
+    pub(crate) fn wall_time(&self, at: Instant, now: Instant) -> SystemTime {
         let (base, wall) = match self.clocks.get() {
             Some((base, wall)) if now.saturating_duration_since(base) < WALL_CLOCK_EVERY => (base, wall),
             _ => {
@@ -106,7 +106,7 @@ impl WorkerLog {
         moved.unwrap_or(wall)
     }
 
-    pub fn write(&self, rec: &Record<'_>, format: Format, now: Instant) {
+    pub(crate) fn write(&self, rec: &Record<'_>, format: Format, now: Instant) {
         {
             let mut buf = self.buf.borrow_mut();
             if buf.capacity() == 0 {
@@ -128,7 +128,7 @@ impl WorkerLog {
 
     /// Hands the buffered records to the writer (also called every second by the
     /// worker, and when it stops).
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let records = self.records.replace(0);
         self.oldest.set(None);
         if records == 0 {
@@ -139,7 +139,7 @@ impl WorkerLog {
     }
 
     /// Flushes if the oldest record has waited a second.
-    pub fn flush_if_old(&self, now: Instant) {
+    pub(crate) fn flush_if_old(&self, now: Instant) {
         if self.oldest.get().is_some_and(|t| now.duration_since(t) >= BATCH_AGE) {
             self.flush();
         }

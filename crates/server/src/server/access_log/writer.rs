@@ -28,7 +28,7 @@ const IDLE_WAKE: Duration = Duration::from_millis(500);
 
 /// The counters of the access log, shared by the writer and the workers.
 #[derive(Debug, Default)]
-pub struct LogCounters {
+pub(crate) struct LogCounters {
     /// Records written to the file.
     pub written: AtomicU64,
     /// Records lost: the writer's queue was full, or the write failed.
@@ -38,7 +38,7 @@ pub struct LogCounters {
 }
 
 /// The writer thread's side: the process has one.
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     /// The writer's queue (see the module doc: a hand-over takes no lock).
     tx: SyncSender<Batch>,
     /// The writer thread, to wake when a batch is queued or at `finish`.
@@ -59,7 +59,7 @@ pub struct AccessLog {
 impl AccessLog {
     /// Opens (creating if needed, appending) `path` and starts the writer thread.
     /// Fails if the file cannot be opened, so a bad path stops start-up.
-    pub fn start(path: &Path) -> std::io::Result<Arc<AccessLog>> {
+    pub(crate) fn start(path: &Path) -> std::io::Result<Arc<AccessLog>> {
         let file = open(path)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_BATCHES);
         let (done_tx, done_rx) = mpsc::channel();
@@ -83,7 +83,7 @@ impl AccessLog {
 
     /// Asks the writer to reopen the file (after a rotation): it does within half a
     /// second, before writing its next batch.
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.reopen.store(true, Ordering::Release);
     }
 
@@ -121,7 +121,7 @@ impl AccessLog {
 
     /// Closes the queue and waits (up to `wait`) for the writer to write what is in
     /// it; call it after the workers have flushed.
-    pub fn finish(&self, wait: Duration) {
+    pub(crate) fn finish(&self, wait: Duration) {
         self.closed.store(true, Ordering::SeqCst);
         self.wake_writer();
         if lock(&self.done).recv_timeout(wait).is_err() {

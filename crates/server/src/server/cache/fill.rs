@@ -30,7 +30,7 @@ use crate::store::{ObjectMeta, SliceWriter, StoreError};
 
 /// A fill's progress, as viewers see it.
 #[derive(Clone, Debug, Default)]
-pub struct FillState {
+pub(crate) struct FillState {
     /// What to read the slice from, once the fill has a place to write it.
     pub file: Option<Arc<File>>,
     /// Bytes of the slice written so far, from its start.
@@ -41,7 +41,7 @@ pub struct FillState {
 
 /// Why a fill did not bring its slice (or the object's head) in.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The origin could not be reached, answered 5xx, timed out or reset.
     #[error("origin {kind}: {detail}")]
     Origin { kind: &'static str, detail: String, timeout: bool },
@@ -55,13 +55,13 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn origin(e: OriginError) -> Failure {
+    pub(crate) fn origin(e: OriginError) -> Failure {
         let timeout = matches!(e, OriginError::Timeout(_));
         Failure::Origin { kind: e.kind(), detail: e.to_string(), timeout }
     }
 
     /// The status a viewer gets when this happens before its head is out.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             Failure::Origin { timeout: true, .. } => 504,
             _ => 502,
@@ -85,7 +85,7 @@ impl Sink {
 }
 
 /// The first and last byte of slice `index` of an object of `size` bytes.
-pub fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64) {
+pub(super) fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64) {
     let first = index * slice_bytes;
     (first, (first + slice_bytes).min(size).saturating_sub(1))
 }
@@ -240,7 +240,7 @@ fn write(sink: &Sink, bytes: &[u8], at: u64) -> Result<(), StoreError> {
 }
 
 /// A file in memory for bytes that are sent but not kept.
-pub fn memory_file() -> File {
+pub(super) fn memory_file() -> File {
     linerate_sys::memfd("linerate-slice").unwrap_or_else(|e| {
         // memfd_create exists since Linux 3.17; without it, an unlinked file in /tmp.
         tracing::warn!("memfd_create failed ({e}); passing through a temporary file");
@@ -251,7 +251,7 @@ pub fn memory_file() -> File {
 /// Checks an origin's answer to the request for bytes `first..=last` of the object
 /// `meta` describes: a 206 of exactly that range of an object of the same size and
 /// version, or a 200 of the whole object when it is that range.
-pub fn check_slice_answer(meta: &ObjectMeta, r: &OriginResponse, first: u64, last: u64) -> Result<(), Failure> {
+pub(super) fn check_slice_answer(meta: &ObjectMeta, r: &OriginResponse, first: u64, last: u64) -> Result<(), Failure> {
     match r.status {
         206 => {
             let cr = r.content_range().map_err(|e| Failure::BadResponse(e.to_string()))?;

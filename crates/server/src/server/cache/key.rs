@@ -10,7 +10,7 @@ use crate::store::{key_hash, KeyHash};
 
 /// A request's cache key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Key {
+pub(crate) struct Key {
     /// The key itself: path, and `?` and the named arguments if any.
     pub text: Vec<u8>,
     pub hash: KeyHash,
@@ -24,7 +24,7 @@ pub struct Key {
 impl Key {
     /// The key of `path` (normalised, absolute, decoded) whose part after the
     /// table's prefix is `rest`, with the request's raw `query`.
-    pub fn new(path: &[u8], rest: &[u8], query: Option<&[u8]>, args: &[String]) -> Key {
+    pub(crate) fn new(path: &[u8], rest: &[u8], query: Option<&[u8]>, args: &[String]) -> Key {
         let mut selected = Vec::new();
         for name in args {
             if let Some(pair) = find_arg(query.unwrap_or_default(), name.as_bytes()) {

@@ -9,13 +9,13 @@ use crate::config::Origin;
 use crate::store::ObjectMeta;
 
 /// The first value of field `name`, when it is there and not empty.
-pub fn field(headers: &HeaderMap, name: header::HeaderName) -> Option<&[u8]> {
+pub(super) fn field(headers: &HeaderMap, name: header::HeaderName) -> Option<&[u8]> {
     headers.get(name).map(|v| v.as_bytes()).filter(|v| !v.is_empty())
 }
 
 /// Why a response is passed to its viewer and not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Uncacheable {
+pub(crate) enum Uncacheable {
     /// `Cache-Control: no-store` or `private`.
     NoStore,
     /// It sets a cookie: what the origin gave one requester is not for every viewer.
@@ -31,7 +31,7 @@ pub enum Uncacheable {
 }
 
 /// Whether a response may be stored for every viewer; `Err` says why not.
-pub fn storable(headers: &HeaderMap, now_secs: i64) -> Result<(), Uncacheable> {
+pub(super) fn storable(headers: &HeaderMap, now_secs: i64) -> Result<(), Uncacheable> {
     if freshness(headers, now_secs).no_store {
         return Err(Uncacheable::NoStore);
     }
@@ -52,7 +52,7 @@ pub fn storable(headers: &HeaderMap, now_secs: i64) -> Result<(), Uncacheable> {
 }
 
 /// The freshness fields of a response (several `Cache-Control` fields joined).
-pub fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
+pub(super) fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
     let joined: Vec<u8>;
     let cache_control = {
         let mut all = headers.get_all(header::CACHE_CONTROL).iter();
@@ -85,7 +85,7 @@ pub fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
 /// (`size`), at `now_secs`, under `table`'s defaults: fresh for the origin's
 /// lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or 410), stale
 /// windows from the origin's fields or the table's.
-pub fn object_meta(
+pub(super) fn object_meta(
     key: &[u8],
     status: u16,
     size: u64,
@@ -119,7 +119,7 @@ pub fn object_meta(
 
 /// The same metadata made fresh again by a 304 (or a response of the same
 /// version) at `now_secs`, with the lifetime its fields give.
-pub fn refreshed(old: &ObjectMeta, headers: &HeaderMap, now_secs: i64, table: &Origin) -> ObjectMeta {
+pub(super) fn refreshed(old: &ObjectMeta, headers: &HeaderMap, now_secs: i64, table: &Origin) -> ObjectMeta {
     let mut m = object_meta(&old.key, old.status, old.size, headers, now_secs, table);
     // A 304 need not repeat the validators or the media type.
     m.etag = m.etag.or_else(|| old.etag.clone());
@@ -131,7 +131,7 @@ pub fn refreshed(old: &ObjectMeta, headers: &HeaderMap, now_secs: i64, table: &O
 /// Whether a response for part of the object is of the version `meta` describes:
 /// each validator the object has is repeated unchanged. An origin that gives no
 /// validator at all is checked on the size alone (by the caller).
-pub fn same_version(meta: &ObjectMeta, headers: &HeaderMap) -> bool {
+pub(super) fn same_version(meta: &ObjectMeta, headers: &HeaderMap) -> bool {
     let same = |ours: &Option<Vec<u8>>, name| match ours {
         Some(v) => field(headers, name) == Some(v.as_slice()),
         None => true,

@@ -31,7 +31,7 @@ mod fill;
 mod key;
 mod meta;
 mod pass;
-pub mod serve;
+pub(crate) mod serve;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,10 +40,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-pub use fill::{Failure, FillState};
-pub use key::Key;
-pub use meta::Uncacheable;
-pub use serve::{ServeError, SliceFiles};
+pub(crate) use fill::{Failure, FillState};
+pub(crate) use key::Key;
+pub(crate) use meta::Uncacheable;
+pub(crate) use serve::{ServeError, SliceFiles};
 
 use crate::origin::{OriginRequest, Origins};
 use crate::store::{KeyHash, ObjectMeta, Store};
@@ -58,7 +58,7 @@ static LOG_ONCE_STORE: AtomicBool = AtomicBool::new(false);
 
 /// What a response's object came from, for the access log and the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheStatus {
+pub(crate) enum CacheStatus {
     /// Fresh in the store.
     Hit,
     /// Fetched from the origin for this request (or one it joined).
@@ -73,7 +73,7 @@ pub enum CacheStatus {
 }
 
 impl CacheStatus {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             CacheStatus::Hit => "HIT",
             CacheStatus::Miss => "MISS",
@@ -86,7 +86,7 @@ impl CacheStatus {
 
 /// The answer to "what is this object?".
 #[derive(Clone, Debug)]
-pub enum Opened {
+pub(crate) enum Opened {
     Object {
         meta: Arc<ObjectMeta>,
         status: CacheStatus,
@@ -101,14 +101,14 @@ pub enum Opened {
 
 /// A counter several threads add to (one atomic add).
 #[derive(Debug, Default)]
-pub struct Tally(AtomicU64);
+pub(crate) struct Tally(AtomicU64);
 
 impl Tally {
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -116,7 +116,7 @@ impl Tally {
 /// The cache's counters, shared by the workers and the origin runtime: one atomic
 /// add per cached response and per fill event, read by the admin endpoint.
 #[derive(Default)]
-pub struct CacheStats {
+pub(crate) struct CacheStats {
     pub hits: Tally,
     pub misses: Tally,
     /// Requests that joined an origin request already under way (heads and slices).
@@ -140,7 +140,7 @@ pub struct CacheStats {
 }
 
 /// The cache, shared by every worker.
-pub struct Cache {
+pub(crate) struct Cache {
     pub origins: Arc<Origins>,
     pub store: Arc<Store>,
     slice_bytes: u64,
@@ -154,7 +154,7 @@ pub struct Cache {
 }
 
 impl Cache {
-    pub fn new(origins: Arc<Origins>, store: Arc<Store>) -> Arc<Cache> {
+    pub(crate) fn new(origins: Arc<Origins>, store: Arc<Store>) -> Arc<Cache> {
         Arc::new(Cache {
             slice_bytes: store.slice_bytes(),
             origins,
@@ -169,7 +169,7 @@ impl Cache {
     /// The object `key` names: from the store when fresh, else from the origin
     /// (one request for every viewer asking at once). `want` is the first byte the
     /// viewer asks for: on a miss, the slice holding it comes with the head.
-    pub async fn open(self: &Arc<Cache>, table: usize, key: &Arc<Key>, want: u64) -> Opened {
+    pub(crate) async fn open(self: &Arc<Cache>, table: usize, key: &Arc<Key>, want: u64) -> Opened {
         if let Some(why) = self.passing(&key.hash) {
             self.stats.passes.add(1);
             return Opened::Pass(why);
@@ -384,7 +384,7 @@ fn response_headers(meta: &ObjectMeta) -> http::HeaderMap {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 

@@ -27,7 +27,7 @@ const RELAYED: [HeaderName; 9] = [
 ];
 
 /// A passed-through answer: its head, and its body as it arrives.
-pub struct Passed {
+pub(crate) struct Passed {
     pub status: u16,
     pub fields: Vec<(HeaderName, HeaderValue)>,
     /// The body's length, when the origin said (else it ends with the connection).
@@ -38,7 +38,7 @@ pub struct Passed {
 impl Cache {
     /// Asks table `table`'s origin for `key` on behalf of one viewer: HEAD or GET,
     /// with the viewer's single `range` if it has one, and `forwarded` fields.
-    pub async fn pass(
+    pub(crate) async fn pass(
         self: &Arc<Cache>,
         table: usize,
         key: &Arc<Key>,

@@ -19,7 +19,7 @@ use crate::transport::{SendError, Transport};
 
 /// Why a cached range was not sent whole (its head is out: the connection closes).
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error(transparent)]
     Range(#[from] RangeError),
     /// The slice's fill failed: the origin failed, or answered wrong.
@@ -34,7 +34,7 @@ impl From<SendError> for ServeError {
 }
 
 /// A stored slice, open: a file like any other to the page-cache path.
-pub struct SliceFile {
+pub(crate) struct SliceFile {
     file: File,
     id: FileId,
     len: u64,
@@ -60,12 +60,12 @@ impl FilePages for SliceFile {
 }
 
 /// A worker's open stored slices, so that a hit costs no `open`.
-pub struct SliceFiles {
+pub(crate) struct SliceFiles {
     open: RefCell<lru::LruCache<(KeyHash, u64), Rc<SliceFile>>>,
 }
 
 impl SliceFiles {
-    pub fn new(entries: usize) -> SliceFiles {
+    pub(crate) fn new(entries: usize) -> SliceFiles {
         SliceFiles { open: RefCell::new(lru::LruCache::new(NonZeroUsize::new(entries.max(1)).expect("not 0"))) }
     }
 
@@ -96,7 +96,7 @@ impl Cache {
     /// slice. With `read_on` (a single range: a viewer reading in order) the
     /// page-cache path reads ahead within stored slices.
     #[allow(clippy::too_many_arguments)]
-    pub async fn send_range<T: Transport, P: PageCache>(
+    pub(crate) async fn send_range<T: Transport, P: PageCache>(
         self: &Arc<Cache>,
         io: &mut T,
         pages: Option<&P>,
@@ -168,7 +168,7 @@ impl Cache {
 
 /// Sends bytes `from..to` of what a fill writes (to its end when `to` is `None`),
 /// each as soon as the fill has written it.
-pub async fn follow<T: Transport>(
+pub(crate) async fn follow<T: Transport>(
     io: &mut T,
     mut rx: watch::Receiver<FillState>,
     from: u64,

@@ -24,7 +24,7 @@ const SLICE_FILES: usize = 4096;
 /// signal. A connection never sees the accept loop or other connections, so this
 /// module can be tested with an in-memory transport, an in-memory page cache
 /// (`P`) and a context of its own.
-pub struct Context<P = ColdPath> {
+pub(crate) struct Context<P = ColdPath> {
     pub index: usize,
     pub files: RefCell<FileCache>,
     pub date: RefCell<DateCache>,
@@ -55,7 +55,7 @@ pub struct Context<P = ColdPath> {
 }
 
 impl<P> Context<P> {
-    pub fn new(
+    pub(crate) fn new(
         index: usize,
         files: FileCache,
         counters: Arc<WorkerCounters>,
@@ -84,29 +84,29 @@ impl<P> Context<P> {
     }
 
     /// Gives the connections the pull-through cache.
-    pub fn with_cache(mut self, cache: Option<Arc<Cache>>) -> Context<P> {
+    pub(crate) fn with_cache(mut self, cache: Option<Arc<Cache>>) -> Context<P> {
         self.cache = cache;
         self
     }
 
     /// Gives the connections an access log to write to.
-    pub fn with_log(mut self, log: Option<WorkerLog>) -> Context<P> {
+    pub(crate) fn with_log(mut self, log: Option<WorkerLog>) -> Context<P> {
         self.log = log;
         self
     }
 
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.get()
     }
 
     /// Starts shutdown: idle connections close, busy ones finish their response.
-    pub fn begin_shutdown(&self) {
+    pub(crate) fn begin_shutdown(&self) {
         self.shutting_down.set(true);
         self.shutdown.notify_waiters();
     }
 
     /// Resolves when shutdown begins (at once if it already has).
-    pub async fn shutdown_started(&self) {
+    pub(crate) async fn shutdown_started(&self) {
         let notified = self.shutdown.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -116,7 +116,7 @@ impl<P> Context<P> {
     }
 
     /// A number that differs for every multipart response of this process.
-    pub fn next_boundary_seed(&self) -> u64 {
+    pub(crate) fn next_boundary_seed(&self) -> u64 {
         let n = self.boundary_seq.get().wrapping_add(1);
         self.boundary_seq.set(n);
         n ^ self.boundary_salt
@@ -124,7 +124,7 @@ impl<P> Context<P> {
 }
 
 /// What the accept path learned about a connection.
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub peer: SocketAddr,
     /// Set for the connections chosen for TCP_INFO sampling.
     pub sampler: Option<Sampler>,
@@ -135,7 +135,7 @@ pub struct ConnInfo {
 }
 
 /// What the access log says about a TLS session.
-pub struct TlsInfo {
+pub(crate) struct TlsInfo {
     pub version: &'static str,
     pub cipher: &'static str,
     pub sni: Option<Box<str>>,

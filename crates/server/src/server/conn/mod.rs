@@ -39,7 +39,7 @@ use std::net::SocketAddr;
 
 use linerate_http::{Request, Status};
 
-pub use context::{ConnInfo, Context, TlsInfo};
+pub(super) use context::{ConnInfo, Context, TlsInfo};
 use exchange::Exchange;
 use read::HeadEnd;
 
@@ -93,7 +93,7 @@ impl From<ServeError> for Cut {
 }
 
 /// Serves one connection until it closes.
-pub async fn serve<T: Transport, P: PageCache>(io: T, worker: &Context<P>, settings: &Settings, info: ConnInfo) {
+pub(super) async fn serve<T: Transport, P: PageCache>(io: T, worker: &Context<P>, settings: &Settings, info: ConnInfo) {
     let ConnInfo { sampler, cross_domain, peer, tls } = info;
     let mut state = StateTracker::new(&worker.counters, ConnState::Reading);
     let mut conn = Conn {

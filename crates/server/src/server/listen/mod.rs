@@ -5,7 +5,7 @@
 //! whole group and so that a group's member order is the worker order (which a
 //! reuseport BPF program indexes by).
 
-pub mod steering;
+pub(super) mod steering;
 
 use std::net::{SocketAddr, TcpListener};
 
@@ -15,7 +15,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::server::supervisor::upgrade::{Inherited, Role};
 
 /// One address's `SO_REUSEPORT` group: its sockets in member order.
-pub struct Group {
+pub(super) struct Group {
     /// The address as configured (port 0 included).
     pub configured: SocketAddr,
     /// The address actually bound.
@@ -26,7 +26,7 @@ pub struct Group {
 /// Binds `workers` listeners on each address, or takes over the group a previous
 /// process handed over for it (see `server::upgrade`), binding more members only if
 /// this process has more workers than the group has sockets.
-pub fn bind_all(
+pub(super) fn bind_all(
     addrs: &[SocketAddr],
     workers: usize,
     backlog: u32,
@@ -59,7 +59,7 @@ pub fn bind_all(
 /// so worker `w` holds member `w` of every group (the index a steering program
 /// picks), plus any members past the worker count a previous process handed over.
 /// Returns, per worker, its listeners (one per address in address order, then extras).
-pub fn distribute(groups: Vec<Group>, workers: usize) -> Vec<Vec<TcpListener>> {
+pub(super) fn distribute(groups: Vec<Group>, workers: usize) -> Vec<Vec<TcpListener>> {
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut extras: Vec<(usize, TcpListener)> = Vec::new();
     for g in groups {
@@ -80,7 +80,7 @@ pub fn distribute(groups: Vec<Group>, workers: usize) -> Vec<Vec<TcpListener>> {
 /// Applies the `[tcp]` settings to listening sockets; accepted connections inherit
 /// them, so they cost nothing per connection. A setting the kernel refuses is
 /// logged once and left at the kernel's default.
-pub fn apply_tcp_options<'a>(listeners: impl Iterator<Item = &'a TcpListener>, tcp: &crate::config::Tcp) {
+pub(super) fn apply_tcp_options<'a>(listeners: impl Iterator<Item = &'a TcpListener>, tcp: &crate::config::Tcp) {
     use linerate_sys::tcp as t;
     use std::os::fd::AsFd;
     let mut failed: Vec<&str> = Vec::new();

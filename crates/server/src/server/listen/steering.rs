@@ -32,7 +32,7 @@ use crate::topology::Plan;
 
 /// What a CPU's connections go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     Worker(usize),
     /// One of `count` consecutive workers from `first`, by flow hash.
     Spread {
@@ -45,7 +45,7 @@ pub enum Target {
 
 /// The target of every CPU (index = CPU number) for a plan: per CPU when the plan
 /// steers by CPU (`cpu-cbpf`), per domain otherwise.
-pub fn targets(plan: &Plan) -> Vec<Target> {
+pub(crate) fn targets(plan: &Plan) -> Vec<Target> {
     let by_cpu = plan.steering == "cpu-cbpf";
     let cpus = plan.cpu_domains();
     (0..cpus.len())
@@ -67,7 +67,7 @@ pub fn targets(plan: &Plan) -> Vec<Target> {
 }
 
 /// The BPF program for these targets.
-pub fn program(targets: &[Target]) -> Vec<Insn> {
+pub(crate) fn program(targets: &[Target]) -> Vec<Insn> {
     let insn = |code, jt, jf, k| Insn { code, jt, jf, k };
     let mut p = vec![insn(op::LD_W_ABS, 0, 0, op::AD_CPU)];
     for (cpu, target) in targets.iter().enumerate() {

@@ -24,18 +24,18 @@ use crate::config::Fill as FillConfig;
 /// reclaim, which starts before the limit is reached. A budget above what stays
 /// cached would have the kept files evict each other, as the LRU does without a
 /// policy; one below it leaves memory idle, a smaller loss.
-pub const CACHE_HEADROOM: f64 = 0.9;
+pub(crate) const CACHE_HEADROOM: f64 = 0.9;
 
 /// How often each worker adds its counts to the shared estimate, and how often
 /// the kept set is ranked anew.
-pub const MERGE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const MERGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A file's demand is forgotten once it decays below this many passes over it.
 const FORGET_BELOW_PASSES: f64 = 1e-3;
 
 /// `fill.cache_bytes`, or when 0 (auto) the server's memory limit (its memory
 /// cgroup's, else the machine's) times [`CACHE_HEADROOM`].
-pub fn cache_budget(config: &FillConfig) -> u64 {
+pub(crate) fn cache_budget(config: &FillConfig) -> u64 {
     if config.cache_bytes > 0 {
         return config.cache_bytes;
     }
@@ -44,11 +44,11 @@ pub fn cache_budget(config: &FillConfig) -> u64 {
 }
 
 /// `(dev, ino)`.
-pub type FileId = (u64, u64);
+pub(crate) type FileId = (u64, u64);
 
 /// The files whose pages stay cached, as last ranked.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Kept {
+pub(crate) struct Kept {
     files: HashSet<FileId>,
     /// Whether some file was left out: until then every file is admitted.
     full: bool,
@@ -57,7 +57,7 @@ pub struct Kept {
 
 impl Kept {
     /// Whether the pages of file `id` may stay in the page cache.
-    pub fn admits(&self, id: FileId) -> bool {
+    pub(crate) fn admits(&self, id: FileId) -> bool {
         !self.full || self.files.contains(&id)
     }
 }
@@ -68,7 +68,7 @@ impl Kept {
 /// fast each file is delivered: a client that downloads as fast as it can fetches a
 /// cached file's bytes many times faster than an uncached one's, and bytes would
 /// keep whichever files happened to be kept first.
-pub fn demand_bytes(offset: u64, file_len: u64) -> u64 {
+pub(crate) fn demand_bytes(offset: u64, file_len: u64) -> u64 {
     if offset == 0 {
         file_len
     } else {
@@ -77,14 +77,14 @@ pub fn demand_bytes(offset: u64, file_len: u64) -> u64 {
 }
 
 /// The fraction a demand keeps after `dt` with half-life `half_life`.
-pub fn decay_factor(dt: Duration, half_life: Duration) -> f64 {
+pub(crate) fn decay_factor(dt: Duration, half_life: Duration) -> f64 {
     (-(dt.as_secs_f64() / half_life.as_secs_f64()) * std::f64::consts::LN_2).exp()
 }
 
 /// Ranks files `(id, demanded bytes, size)` by demand per byte of file (how many
 /// times over each is read: the hits a byte of cache buys), best first, ties by
 /// id, and keeps each that still fits in `budget` bytes.
-pub fn rank(mut files: Vec<(FileId, f64, u64)>, budget: u64) -> Kept {
+pub(crate) fn rank(mut files: Vec<(FileId, f64, u64)>, budget: u64) -> Kept {
     let density = |&(_, bytes, size): &(FileId, f64, u64)| bytes / size.max(1) as f64;
     files.sort_by(|a, b| density(b).total_cmp(&density(a)).then(a.0.cmp(&b.0)));
     let mut kept = Kept::default();
@@ -113,7 +113,7 @@ struct Table {
 
 /// Popularity-aware page-cache admission, shared by all workers: one decayed
 /// demand estimate per file, and the kept set it ranks (see the module doc).
-pub struct Admission {
+pub(crate) struct Admission {
     budget_bytes: u64,
     half_life: Duration,
     table: Mutex<Table>,
@@ -128,14 +128,14 @@ pub struct Admission {
 /// One worker's requested bytes since its last merge (with each file's size), and
 /// its copy of the kept set: the hot path touches no lock but once a second.
 #[derive(Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     pending: RefCell<HashMap<FileId, (u64, u64)>>,
     merged_at: Cell<Option<Instant>>,
     kept: RefCell<Arc<Kept>>,
 }
 
 impl Admission {
-    pub fn new(budget_bytes: u64, half_life: Duration) -> Admission {
+    pub(crate) fn new(budget_bytes: u64, half_life: Duration) -> Admission {
         Admission {
             budget_bytes,
             half_life,
@@ -147,13 +147,13 @@ impl Admission {
         }
     }
 
-    pub fn budget_bytes(&self) -> u64 {
+    pub(crate) fn budget_bytes(&self) -> u64 {
         self.budget_bytes
     }
 
     /// Counts `bytes` of demand ([`demand_bytes`]) for file `id` (`size` bytes
     /// long) on this worker, and answers whether the file is in the kept set.
-    pub fn note(&self, tally: &Tally, id: FileId, size: u64, bytes: u64, now: Instant) -> bool {
+    pub(crate) fn note(&self, tally: &Tally, id: FileId, size: u64, bytes: u64, now: Instant) -> bool {
         {
             let mut pending = tally.pending.borrow_mut();
             let e = pending.entry(id).or_insert((0, size));
@@ -170,7 +170,7 @@ impl Admission {
     /// Demand per byte of every file the estimate knows (the passes over it),
     /// decayed to `now`; read-only, under one lock of the table. The slice store
     /// ranks its evictions by it, so a slice popular in memory stays on disk too.
-    pub fn densities(&self, now: Instant) -> HashMap<FileId, f64> {
+    pub(crate) fn densities(&self, now: Instant) -> HashMap<FileId, f64> {
         let t = lock(&self.table);
         let f = if now > t.at { decay_factor(now - t.at, self.half_life) } else { 1.0 };
         t.files.iter().map(|(id, d)| (*id, d.bytes * f / d.size.max(1) as f64)).collect()

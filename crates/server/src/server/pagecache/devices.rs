@@ -19,7 +19,7 @@ use crate::topology::{Plan, Topology};
 
 /// One device's fill counters.
 #[derive(Debug, Default, Clone)]
-pub struct DeviceStats {
+pub(crate) struct DeviceStats {
     pub queued: u64,
     pub fills: u64,
     pub fill_bytes: u64,
@@ -32,20 +32,20 @@ pub struct DeviceStats {
 
 /// The per-device table and its published copy.
 #[derive(Default)]
-pub struct Devices {
+pub(crate) struct Devices {
     table: Mutex<HashMap<u64, DeviceStats>>,
     published: ArcSwap<Vec<(u64, DeviceStats)>>,
 }
 
 impl Devices {
     /// The counters as last published, sorted by `st_dev`.
-    pub fn snapshot(&self) -> Arc<Vec<(u64, DeviceStats)>> {
+    pub(crate) fn snapshot(&self) -> Arc<Vec<(u64, DeviceStats)>> {
         self.published.load_full()
     }
 
     /// Takes a place in `dev`'s queue for a fill, unless `limit` fills are queued
     /// already (a refused `demand` fill counts as an overload).
-    pub fn reserve(&self, dev: u64, limit: usize, demand: bool) -> Result<(), FillError> {
+    pub(crate) fn reserve(&self, dev: u64, limit: usize, demand: bool) -> Result<(), FillError> {
         self.update(|t| {
             let d = t.entry(dev).or_default();
             if d.queued as usize >= limit {
@@ -61,7 +61,7 @@ impl Devices {
 
     /// A fill of `len` bytes on `dev` is done, with `result`; the first error of a
     /// device is logged.
-    pub fn finish(&self, dev: u64, len: u64, result: &Result<(), FillError>) {
+    pub(crate) fn finish(&self, dev: u64, len: u64, result: &Result<(), FillError>) {
         self.update(|t| {
             let d = t.entry(dev).or_default();
             d.queued = d.queued.saturating_sub(1);
@@ -83,7 +83,7 @@ impl Devices {
 
     /// A connection gave up on a fill of `dev` after `timeout`; the first such of a
     /// device is logged.
-    pub fn count_timeout(&self, dev: u64, timeout: Duration) {
+    pub(crate) fn count_timeout(&self, dev: u64, timeout: Duration) {
         self.update(|t| {
             let d = t.entry(dev).or_default();
             d.timeouts += 1;
@@ -110,14 +110,14 @@ impl Devices {
 }
 
 /// A block device's name for logs and metrics: `vda`, `nvme0n1p1`, or `MAJ:MIN`.
-pub fn dev_name(dev: u64) -> String {
+pub(crate) fn dev_name(dev: u64) -> String {
     let (ma, mi) = (libc::major(dev), libc::minor(dev));
     let uevent = std::fs::read_to_string(format!("/sys/dev/block/{ma}:{mi}/uevent")).unwrap_or_default();
     uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).map_or_else(|| format!("{ma}:{mi}"), str::to_owned)
 }
 
 /// Every disk and partition whose node is known, mapped to a domain on that node.
-pub fn disk_domains(topo: &Topology, plan: &Plan) -> HashMap<(u32, u32), usize> {
+pub(crate) fn disk_domains(topo: &Topology, plan: &Plan) -> HashMap<(u32, u32), usize> {
     let host = Host::new("/");
     let mut out = HashMap::new();
     let mut seen = HashSet::new();

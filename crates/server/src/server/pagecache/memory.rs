@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::{FileId, FilePages, FillError, PageCache, Progress, RangeError, Window};
 use crate::transport::Transport;
 
-pub struct MemoryPages {
+pub(crate) struct MemoryPages {
     window_bytes: u64,
     resident: RefCell<HashSet<Window>>,
     /// How long a fill of one window takes.
@@ -26,7 +26,7 @@ pub struct MemoryPages {
 }
 
 impl MemoryPages {
-    pub fn new(window_bytes: u64, fill_time: Duration, timeout: Duration) -> MemoryPages {
+    pub(crate) fn new(window_bytes: u64, fill_time: Duration, timeout: Duration) -> MemoryPages {
         MemoryPages {
             window_bytes,
             resident: RefCell::default(),
@@ -38,7 +38,7 @@ impl MemoryPages {
     }
 
     /// Marks every window overlapping `len` bytes at `offset` of file `id` resident.
-    pub fn make_resident(&self, id: FileId, offset: u64, len: u64) {
+    pub(crate) fn make_resident(&self, id: FileId, offset: u64, len: u64) {
         let w = self.window_bytes;
         for index in offset / w..=(offset + len.max(1) - 1) / w {
             self.resident.borrow_mut().insert(Window { dev: id.0, ino: id.1, index });

@@ -28,14 +28,14 @@
 //! cache above it, and the connection's tests drive it with an in-memory page
 //! cache (`memory`) on tokio's paused clock.
 
-pub mod admission;
-pub mod devices;
+pub(crate) mod admission;
+pub(crate) mod devices;
 #[cfg(test)]
-pub mod memory;
-pub mod pool;
+pub(crate) mod memory;
+pub(crate) mod pool;
 mod queue;
 mod read;
-pub mod residency;
+pub(crate) mod residency;
 mod send;
 mod senders;
 
@@ -44,16 +44,16 @@ use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
 
-pub use admission::FileId;
-pub use pool::{FillError, FillPool};
-pub use send::ColdPath;
+pub(crate) use admission::FileId;
+pub(crate) use pool::{FillError, FillPool};
+pub(crate) use send::ColdPath;
 
 use crate::transport::{SendError, Transport};
 
 /// One window (`fill.window_bytes`, aligned) of one file: the unit that is
 /// filled, shared by concurrent viewers, sent and dropped.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct Window {
+pub(crate) struct Window {
     pub dev: u64,
     pub ino: u64,
     pub index: u64,
@@ -61,14 +61,14 @@ pub struct Window {
 
 impl Window {
     /// The window of `file` that holds byte `offset`.
-    pub fn of((dev, ino): FileId, offset: u64, window_bytes: u64) -> Window {
+    pub(crate) fn of((dev, ino): FileId, offset: u64, window_bytes: u64) -> Window {
         Window { dev, ino, index: offset / window_bytes }
     }
 }
 
 /// A file as this layer sees it: an open descriptor, the identity and size the
 /// response was planned with, and the worker's memo of its resident windows.
-pub trait FilePages {
+pub(crate) trait FilePages {
     fn file(&self) -> &File;
     /// `(st_dev, st_ino)`.
     fn id(&self) -> FileId;
@@ -78,7 +78,7 @@ pub trait FilePages {
 
 /// What sending a range did, for the response's access-log record.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Read the clock when the first bytes go (the log format prints timings).
     pub timed: bool,
     /// When the first bytes of the response were handed to the kernel.
@@ -89,7 +89,7 @@ pub struct Progress {
 
 impl Progress {
     /// Bytes of the response are about to be handed to the kernel.
-    pub fn mark_first_byte(&mut self) {
+    pub(crate) fn mark_first_byte(&mut self) {
         if self.timed && self.first_byte.is_none() {
             self.first_byte = Some(Instant::now());
         }
@@ -99,7 +99,7 @@ impl Progress {
 /// Why a range was not sent whole. Either way the head is out, so the only honest
 /// answer is to close the connection.
 #[derive(Debug, thiserror::Error)]
-pub enum RangeError {
+pub(crate) enum RangeError {
     #[error(transparent)]
     Send(#[from] SendError),
     /// A disk read the range needed failed or did not finish within `fill.timeout`.
@@ -109,7 +109,7 @@ pub enum RangeError {
 
 /// The page cache as a connection sees it: one call per body range.
 #[allow(async_fn_in_trait)] // workers are single-threaded; nothing here needs Send
-pub trait PageCache {
+pub(crate) trait PageCache {
     /// Sends `len` bytes of `file` at `offset` through `io`, never letting the
     /// worker wait for the disk. With `read_on` (a single range: a viewer reading
     /// in order), what follows the range is read ahead too; the parts of a

@@ -60,7 +60,7 @@ use crate::topology::{Plan, Topology};
 
 /// Why a fill did not bring its window in.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FillError {
+pub(crate) enum FillError {
     #[error("disk read failed: {0}")]
     Io(String),
     #[error("disk read not done within fill.timeout")]
@@ -74,7 +74,7 @@ pub enum FillError {
 type Waiters = Vec<oneshot::Sender<Result<(), FillError>>>;
 
 /// The pool, shared by all workers.
-pub struct FillPool {
+pub(crate) struct FillPool {
     config: FillConfig,
     placement: Placement,
     queues: Vec<DomainQueue>,
@@ -93,7 +93,7 @@ pub struct FillPool {
 
 impl FillPool {
     /// Starts `config.threads` fill threads per domain of `plan`.
-    pub fn start(
+    pub(crate) fn start(
         config: &FillConfig,
         placement: Placement,
         topo: &Topology,
@@ -145,23 +145,23 @@ impl FillPool {
         Ok(pool)
     }
 
-    pub fn window_bytes(&self) -> u64 {
+    pub(crate) fn window_bytes(&self) -> u64 {
         self.config.window_bytes
     }
 
-    pub fn readahead_windows(&self) -> u64 {
+    pub(crate) fn readahead_windows(&self) -> u64 {
         self.config.readahead_windows
     }
 
     /// The per-device counters as last published, by `st_dev`: read without
     /// taking any lock a worker or fill thread takes.
-    pub fn device_stats(&self) -> Arc<Vec<(u64, DeviceStats)>> {
+    pub(crate) fn device_stats(&self) -> Arc<Vec<(u64, DeviceStats)>> {
         self.devices.snapshot()
     }
 
     /// Fills the window of `file` (identified by `dev`/`ino`) that holds `offset`,
     /// clipped to `file_len`, and waits for it, at most `fill.timeout`.
-    pub async fn fill(
+    pub(crate) async fn fill(
         &self,
         domain: usize,
         file: &File,
@@ -185,7 +185,7 @@ impl FillPool {
     /// or running. Its pages may already sit in the page cache, locked until the
     /// disk answers, and `cachestat` counts them as cached: a send must not trust
     /// them yet. Free (one atomic load) while no fill is under way.
-    pub fn is_filling(&self, (dev, ino): FileId, offset: u64, len: u64) -> bool {
+    pub(crate) fn is_filling(&self, (dev, ino): FileId, offset: u64, len: u64) -> bool {
         if self.depth.load(Ordering::Relaxed) <= 0 || len == 0 {
             return false;
         }
@@ -197,7 +197,7 @@ impl FillPool {
     /// Registers a connection about to check and send window `index` of file `id`
     /// ([`super::senders`]), when the pool drops pages (admission on): no drop
     /// evicts the window until it is done.
-    pub fn begin_send(&self, id: FileId, index: u64) -> Option<Sender<'_>> {
+    pub(crate) fn begin_send(&self, id: FileId, index: u64) -> Option<Sender<'_>> {
         self.admission.as_ref()?;
         Some(self.senders.begin(Window { dev: id.0, ino: id.1, index }, Instant::now()))
     }
@@ -206,7 +206,7 @@ impl FillPool {
     /// if nobody has begun sending it since its last sender finished (`pending`):
     /// whole pages, and not while a fill is bringing the window in. Returns the
     /// bytes advised out.
-    pub fn drop_idle(&self, file: &File, pending: PendingDrop, file_len: u64) -> u64 {
+    pub(crate) fn drop_idle(&self, file: &File, pending: PendingDrop, file_len: u64) -> u64 {
         let id = (pending.window.dev, pending.window.ino);
         let dropped = self.senders.drop_if_idle(pending, Instant::now(), |from, len| {
             if self.is_filling(id, from, len) {
@@ -226,7 +226,7 @@ impl FillPool {
     /// Queues a read-ahead of the window holding `offset`, unless it is resident,
     /// past the end, or its disk's queue is half full. Returns whether the window
     /// is now being filled (queued by this call or already under way).
-    pub fn read_ahead(&self, domain: usize, file: &File, id: FileId, offset: u64, file_len: u64) -> bool {
+    pub(crate) fn read_ahead(&self, domain: usize, file: &File, id: FileId, offset: u64, file_len: u64) -> bool {
         if offset >= file_len {
             return false;
         }

@@ -8,7 +8,7 @@ use std::sync::{Condvar, Mutex};
 use super::Window;
 
 /// A window to read into the page cache.
-pub struct Job {
+pub(super) struct Job {
     pub key: Window,
     pub file: File,
     pub offset: u64,
@@ -16,7 +16,7 @@ pub struct Job {
 }
 
 #[derive(Default)]
-pub struct Queue {
+pub(super) struct Queue {
     /// Windows a viewer waits for.
     pub demand: VecDeque<Job>,
     /// Windows read ahead for viewers reading on.
@@ -28,7 +28,7 @@ impl Queue {
     /// demand queue: a viewer now waits for it. Left among the read-aheads, it would
     /// be taken only once no demand fill is queued, which on a saturated disk can be
     /// never (until the viewer's `fill.timeout`). Returns whether it was moved.
-    pub fn promote(&mut self, key: Window) -> bool {
+    pub(super) fn promote(&mut self, key: Window) -> bool {
         match self.ahead.iter().position(|job| job.key == key) {
             Some(i) => {
                 let job = self.ahead.remove(i).expect("position is in range");
@@ -41,7 +41,7 @@ impl Queue {
 }
 
 /// A domain's queue and the condition its fill threads sleep on.
-pub struct DomainQueue {
+pub(super) struct DomainQueue {
     pub jobs: Mutex<Queue>,
     pub ready: Condvar,
 }

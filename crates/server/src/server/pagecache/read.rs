@@ -20,7 +20,7 @@ use super::queue::Job;
 const REREADS: usize = 2;
 
 /// Brings one window into the page cache and returns once it is there.
-pub fn read_window(job: &Job, scratch: &mut [u8]) -> Result<(), FillError> {
+pub(super) fn read_window(job: &Job, scratch: &mut [u8]) -> Result<(), FillError> {
     if job.len == 0 {
         return Ok(());
     }
@@ -55,7 +55,7 @@ fn read_through(job: &Job, scratch: &mut [u8]) -> Result<bool, FillError> {
 /// The whole pages within `len` bytes at `offset` (the last, partial page of the
 /// file counts as whole): `(offset, len)` for `POSIX_FADV_DONTNEED`, None when
 /// there is none (a length of 0 would mean "to the end of the file").
-pub fn whole_pages(offset: u64, len: u64, file_len: u64) -> Option<(u64, u64)> {
+pub(super) fn whole_pages(offset: u64, len: u64, file_len: u64) -> Option<(u64, u64)> {
     let page = pagecache::PAGE_BYTES;
     let start = offset.div_ceil(page) * page;
     let end = offset + len;

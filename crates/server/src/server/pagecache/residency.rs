@@ -30,14 +30,14 @@ use linerate_sys::pagecache;
 /// Distance between two sampled bytes when `cachestat` cannot be used. The
 /// kernel reads ahead in 128 KiB steps by default and evicts in LRU order, so
 /// holes smaller than this are rare.
-pub const SAMPLE_STRIDE_BYTES: u64 = 128 * 1024;
+pub(crate) const SAMPLE_STRIDE_BYTES: u64 = 128 * 1024;
 
 static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
 static REFUSED_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// Whether all of `len` bytes of `file` at `offset` are in the page cache. The
 /// range must lie within the file as it was planned; `len` 0 is resident.
-pub fn is_resident(file: &File, offset: u64, len: u64) -> bool {
+pub(crate) fn is_resident(file: &File, offset: u64, len: u64) -> bool {
     if len == 0 {
         return true;
     }
@@ -72,12 +72,12 @@ pub fn is_resident(file: &File, offset: u64, len: u64) -> bool {
 /// is asked for by many viewers a second; asking the kernel once a second per
 /// worker keeps the check's cost near zero where it would matter most, and a
 /// window that popular is the last the kernel evicts.
-pub const TRUST_RESIDENT: Duration = Duration::from_secs(1);
+pub(crate) const TRUST_RESIDENT: Duration = Duration::from_secs(1);
 
 /// Per open file and worker: when each window was last found resident, and
 /// which windows this worker had read ahead.
 #[derive(Default)]
-pub struct Memo {
+pub(crate) struct Memo {
     checked: RefCell<HashMap<u64, Instant>>,
     ahead: RefCell<std::collections::HashSet<u64>>,
 }
@@ -86,7 +86,14 @@ impl Memo {
     /// Whether every window overlapping `len` bytes at `offset` was found resident
     /// within [`TRUST_RESIDENT`] of `now`, and after `dropped_at` when the server
     /// dropped it since (a check from before a drop says nothing).
-    pub fn covers(&self, offset: u64, len: u64, window_bytes: u64, now: Instant, dropped_at: Option<Instant>) -> bool {
+    pub(crate) fn covers(
+        &self,
+        offset: u64,
+        len: u64,
+        window_bytes: u64,
+        now: Instant,
+        dropped_at: Option<Instant>,
+    ) -> bool {
         let checked = self.checked.borrow();
         !checked.is_empty()
             && windows(offset, len, window_bytes).all(|w| {
@@ -97,13 +104,13 @@ impl Memo {
     }
 
     /// Notes that `window` is being read ahead for a viewer of this file.
-    pub fn note_ahead(&self, window: u64) {
+    pub(crate) fn note_ahead(&self, window: u64) {
         self.ahead.borrow_mut().insert(window);
     }
 
     /// Whether any window overlapping the range had been read ahead (and forgets
     /// them): a viewer is reading on, so the read-ahead should go on too.
-    pub fn take_ahead(&self, offset: u64, len: u64, window_bytes: u64) -> bool {
+    pub(crate) fn take_ahead(&self, offset: u64, len: u64, window_bytes: u64) -> bool {
         let mut ahead = self.ahead.borrow_mut();
         if ahead.is_empty() {
             return false;
@@ -117,7 +124,7 @@ impl Memo {
 
     /// Forgets that the windows overlapping the range were found resident (their
     /// pages were dropped).
-    pub fn forget(&self, offset: u64, len: u64, window_bytes: u64) {
+    pub(crate) fn forget(&self, offset: u64, len: u64, window_bytes: u64) {
         let mut checked = self.checked.borrow_mut();
         for w in windows(offset, len, window_bytes) {
             checked.remove(&w);
@@ -125,7 +132,7 @@ impl Memo {
     }
 
     /// Records that `len` bytes at `offset` were found resident at `now`.
-    pub fn mark(&self, offset: u64, len: u64, window_bytes: u64, now: Instant) {
+    pub(crate) fn mark(&self, offset: u64, len: u64, window_bytes: u64, now: Instant) {
         let mut checked = self.checked.borrow_mut();
         for w in windows(offset, len, window_bytes) {
             checked.insert(w, now);

@@ -20,7 +20,7 @@ use crate::transport::Transport;
 
 /// The fill pool as one worker uses it, with the worker's share of the admission
 /// policy's demand counts.
-pub struct ColdPath {
+pub(crate) struct ColdPath {
     pool: Arc<FillPool>,
     /// This worker's demand counts, merged into the shared estimate once a second.
     tally: Tally,
@@ -28,7 +28,7 @@ pub struct ColdPath {
 }
 
 impl ColdPath {
-    pub fn new(pool: Arc<FillPool>, counters: Arc<WorkerCounters>) -> ColdPath {
+    pub(crate) fn new(pool: Arc<FillPool>, counters: Arc<WorkerCounters>) -> ColdPath {
         ColdPath { pool, tally: Tally::default(), counters }
     }
 

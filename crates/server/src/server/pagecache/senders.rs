@@ -38,7 +38,7 @@ use super::{lock, Window};
 /// pages are dropped: the socket (plain `sendfile`, kernel TLS) still refers to
 /// the pages it has not yet handed to the client, and the kernel does not drop a
 /// page in use.
-pub const DROP_DELAY: Duration = Duration::from_millis(250);
+pub(super) const DROP_DELAY: Duration = Duration::from_millis(250);
 
 const SHARDS: usize = 64;
 
@@ -75,7 +75,7 @@ struct Shard {
 }
 
 /// The table, shared by every worker through the fill pool.
-pub struct Senders {
+pub(super) struct Senders {
     shards: Box<[Mutex<Shard>]>,
 }
 
@@ -87,7 +87,7 @@ impl Default for Senders {
 
 /// A drop to run [`DROP_DELAY`] after the last sender of a window finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PendingDrop {
+pub(crate) struct PendingDrop {
     pub window: Window,
     generation: u64,
 }
@@ -96,7 +96,7 @@ impl Senders {
     /// Registers a sender of `window`, before its residency is checked. The
     /// answer says when the window was last dropped, if that was recent: a
     /// worker's memo of it from before then is out of date.
-    pub fn begin(&self, window: Window, now: Instant) -> Sender<'_> {
+    pub(super) fn begin(&self, window: Window, now: Instant) -> Sender<'_> {
         let mut shard = lock(&self.shards[shard_of(&window)]);
         if shard.windows.len() >= shard.sweep_at {
             shard.windows.retain(|_, e| !e.idle(now));
@@ -112,7 +112,7 @@ impl Senders {
     /// Runs `drop` on the window's bytes sent since its last drop, if it is still
     /// idle since `pending` was scheduled; the eviction happens under the shard's
     /// lock, so no sender can begin in between. Returns what `drop` returned.
-    pub fn drop_if_idle(&self, pending: PendingDrop, now: Instant, drop: impl FnOnce(u64, u64) -> u64) -> u64 {
+    pub(super) fn drop_if_idle(&self, pending: PendingDrop, now: Instant, drop: impl FnOnce(u64, u64) -> u64) -> u64 {
         let mut shard = lock(&self.shards[shard_of(&pending.window)]);
         let Some(e) = shard.windows.get_mut(&pending.window) else { return 0 };
         if e.senders > 0 || e.generation != pending.generation || !e.wants_drop {
@@ -156,7 +156,7 @@ impl Senders {
 /// One connection sending one window. [`Sender::finish`] once the window is out;
 /// dropped without it (the send failed or the connection went away), it only
 /// deregisters, and drops nothing.
-pub struct Sender<'a> {
+pub(crate) struct Sender<'a> {
     table: &'a Senders,
     window: Window,
     dropped_at: Option<Instant>,
@@ -165,14 +165,14 @@ pub struct Sender<'a> {
 
 impl Sender<'_> {
     /// When the window was dropped, if within [`TRUST_RESIDENT`] of the start.
-    pub fn dropped_at(&self) -> Option<Instant> {
+    pub(crate) fn dropped_at(&self) -> Option<Instant> {
         self.dropped_at
     }
 
     /// The window's bytes `sent` (`from..to` in the file) are out. With `keep`
     /// false (the file is outside the kept set) and no other sender left, the
     /// answer is the drop to run [`DROP_DELAY`] from now.
-    pub fn finish(mut self, sent: (u64, u64), keep: bool, now: Instant) -> Option<PendingDrop> {
+    pub(crate) fn finish(mut self, sent: (u64, u64), keep: bool, now: Instant) -> Option<PendingDrop> {
         self.done = true;
         self.table.end(self.window, sent, keep, now)
     }

@@ -30,7 +30,7 @@
 //! `STOPPING`, `MAINPID` after an upgrade).
 
 mod reload;
-pub mod service;
+pub(super) mod service;
 mod startup;
 pub mod upgrade;
 
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGUSR1, SIGUSR2};
 
-pub use startup::start;
+pub(super) use startup::start;
 use upgrade::{Handover, Outcome};
 
 use crate::admin::{self, AdminState};
@@ -66,7 +66,7 @@ enum Event {
 const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Why the loop ended.
-pub enum Stop {
+pub(super) enum Stop {
     /// SIGTERM or SIGINT.
     Signal,
     /// A new process serves on the listening sockets; this one drains.
@@ -78,7 +78,7 @@ pub enum Stop {
 }
 
 /// The running process, as the supervisor holds it.
-pub struct Running {
+pub(super) struct Running {
     opts: ServeOptions,
     /// The settings of the last successful load or reload.
     current: Arc<Settings>,
@@ -110,7 +110,7 @@ pub struct Running {
 
 impl Running {
     /// Handles events until one ends the serving.
-    pub fn supervise(&mut self) -> Stop {
+    pub(super) fn supervise(&mut self) -> Stop {
         loop {
             let Some(event) = self.next_event() else { return Stop::NoEvents };
             let stop = match event {
@@ -239,7 +239,7 @@ impl Running {
     }
 
     /// Drains the workers and stops; the exit status says whether a worker failed.
-    pub fn shut_down(mut self, stop: Stop) -> anyhow::Result<()> {
+    pub(super) fn shut_down(mut self, stop: Stop) -> anyhow::Result<()> {
         let handed_over = matches!(stop, Stop::HandedOver);
         if !handed_over {
             service::stopping();

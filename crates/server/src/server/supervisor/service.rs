@@ -20,48 +20,48 @@ fn send(states: &[NotifyState]) {
     }
 }
 
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::MainPid(std::process::id()), NotifyState::Status(status)]);
 }
 
-pub fn reloading() {
+pub(crate) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => send(&[NotifyState::Reloading, now, NotifyState::Status("reloading the configuration")]),
         Err(e) => tracing::warn!("cannot read the monotonic clock for the service manager: {e}"),
     }
 }
 
-pub fn reloaded(status: &str) {
+pub(crate) fn reloaded(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("draining transfers")]);
 }
 
 /// After a hand-over: the new process is the main one now.
-pub fn handed_over(new_pid: u32) {
+pub(crate) fn handed_over(new_pid: u32) {
     send(&[NotifyState::MainPid(new_pid), NotifyState::Status("handed over to a new binary; draining")]);
 }
 
-pub fn status(status: &str) {
+pub(crate) fn status(status: &str) {
     send(&[NotifyState::Status(status)]);
 }
 
 /// The pid file, when one is configured: written (atomically, by rename) once the
 /// server serves, rewritten when an upgrade fails (so `linerate upgrade` sees the
 /// outcome), removed at exit unless a new process has taken it over.
-pub struct PidFile {
+pub(crate) struct PidFile {
     path: Option<PathBuf>,
 }
 
 impl PidFile {
-    pub fn new(path: Option<PathBuf>) -> PidFile {
+    pub(crate) fn new(path: Option<PathBuf>) -> PidFile {
         PidFile { path }
     }
 
     /// Writes this process's pid.
-    pub fn write(&self) {
+    pub(crate) fn write(&self) {
         let Some(path) = &self.path else { return };
         if let Err(e) = write_atomically(path, &format!("{}\n", std::process::id())) {
             tracing::error!(path = %path.display(), "cannot write the pid file: {e}");
@@ -69,7 +69,7 @@ impl PidFile {
     }
 
     /// Removes the file if it still names this process.
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         let Some(path) = &self.path else { return };
         if read_pid(path).ok() == Some(std::process::id()) {
             let _ = std::fs::remove_file(path);
@@ -88,7 +88,7 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// The pid a pid file names.
-pub fn read_pid(path: &Path) -> std::io::Result<u32> {
+pub(crate) fn read_pid(path: &Path) -> std::io::Result<u32> {
     let text = std::fs::read_to_string(path)?;
     text.trim().parse().map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} does not hold a pid", path.display()))

@@ -34,7 +34,7 @@ use crate::topology::{Plan, Topology};
 
 /// Builds the running process: binds, starts the workers and the admin endpoint,
 /// and returns once every worker accepts.
-pub fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
+pub(crate) fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Running> {
     // The binary to start at an upgrade: resolved now, since once a package
     // upgrade has replaced the file, /proc/self/exe names the deleted old one.
     let exe = std::env::current_exe().context("cannot find this program's path")?;

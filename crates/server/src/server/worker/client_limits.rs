@@ -30,10 +30,10 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A client: its address with the bits past the configured prefix cleared.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct Client(IpAddr);
+pub(crate) struct Client(IpAddr);
 
 impl Client {
-    pub fn of(addr: IpAddr, limits: &ClientLimits) -> Client {
+    pub(crate) fn of(addr: IpAddr, limits: &ClientLimits) -> Client {
         // An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d.
         match addr.to_canonical() {
             IpAddr::V4(a) => {
@@ -72,7 +72,7 @@ struct Shard {
 }
 
 /// The process-wide table of clients. Shared by `Arc` between the workers.
-pub struct ClientTable {
+pub(crate) struct ClientTable {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     /// Refusals since the last warning, by kind; and when that warning was (ms
@@ -96,7 +96,7 @@ impl Default for ClientTable {
 }
 
 /// A connection's place in its client's count; given back on drop.
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     table: Arc<ClientTable>,
     client: Client,
 }
@@ -117,7 +117,7 @@ impl ClientTable {
 
     /// Admits a new connection from `addr`, or says which limit refuses it. With
     /// no limit configured, admits without touching the table (`Ok(None)`).
-    pub fn admit(
+    pub(crate) fn admit(
         self: &Arc<Self>,
         addr: IpAddr,
         limits: &ClientLimits,
@@ -174,7 +174,7 @@ impl ClientTable {
     /// Notes a refusal for the periodic warning: at most one line a minute, with the
     /// counts since the previous one, so a flood of refused connections cannot flood
     /// the log. Returns true when this call logged.
-    pub fn note_refusal(&self, why: Refusal, now: Instant) -> bool {
+    pub(crate) fn note_refusal(&self, why: Refusal, now: Instant) -> bool {
         self.unreported[why as usize].fetch_add(1, Ordering::Relaxed);
         let every = WARN_EVERY.as_millis() as u64;
         // Offset by one period so that the very first refusal is reported.

@@ -19,7 +19,7 @@
 //! 4. when no connection is left, or the drain timeout passes, the event loop ends
 //!    and remaining connections are dropped.
 
-pub mod client_limits;
+pub(super) mod client_limits;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -47,7 +47,7 @@ use crate::transport::SendLimits;
 use client_limits::{ClientSlot, ClientTable};
 
 /// Messages from the supervisor.
-pub enum Control {
+pub(super) enum Control {
     /// New settings for connections accepted from now on (and signed-URL rules for
     /// every request from now on); the worker answers on the channel once applied.
     Reload(Arc<Settings>, std::sync::mpsc::Sender<()>),
@@ -57,7 +57,7 @@ pub enum Control {
 /// A worker's state, shared by its tasks (all on one thread): what its
 /// connections see ([`conn::Context`], reached through `Deref`) and what only the
 /// accept side uses.
-pub struct Worker {
+pub(super) struct Worker {
     ctx: conn::Context,
     pub settings: RefCell<Arc<Settings>>,
     /// Record batch buffers for user-space TLS connections.
@@ -79,7 +79,7 @@ impl std::ops::Deref for Worker {
 }
 
 /// Everything a worker thread starts with.
-pub struct Launch {
+pub(super) struct Launch {
     pub index: usize,
     /// The worker's own CPU: where its slot in the silo plan is.
     pub cpu: usize,
@@ -105,7 +105,7 @@ pub struct Launch {
 
 /// Runs a worker until it is told to shut down and has drained. Returns an error
 /// only if it could not start.
-pub fn run(launch: Launch) -> anyhow::Result<()> {
+pub(super) fn run(launch: Launch) -> anyhow::Result<()> {
     if let Err(e) = linerate_sys::pin_current_thread_to(&launch.cpus) {
         tracing::warn!(worker = launch.index, cpus = ?launch.cpus, "cannot keep the worker to its CPUs: {e}; it will float");
     }
