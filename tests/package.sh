@@ -84,6 +84,7 @@ check_mode /etc/linerate/linerate.toml root:root 644
 check_mode /etc/logrotate.d/linerate root:root 644
 check_mode /var/lib/linerate linerate:linerate 750
 check_mode /var/log/linerate linerate:linerate 750
+check_mode /var/cache/linerate linerate:linerate 750
 check_mode /var/www/linerate root:root 755
 for f in /usr/share/doc/linerate/copyright /usr/share/doc/linerate/changelog.gz /usr/share/man/man1/linerate.1.gz; do
     [ -f "$f" ] || fail "$f is missing"
@@ -194,7 +195,7 @@ dpkg -r linerate >/dev/null
 [ ! -e /usr/bin/linerate ] || fail "/usr/bin/linerate left after dpkg -r"
 [ -f /etc/linerate/linerate.toml ] || fail "dpkg -r removed the configuration"
 dpkg -P linerate >/dev/null
-for f in /etc/linerate/linerate.toml /var/lib/linerate /var/log/linerate /var/www/linerate; do
+for f in /etc/linerate/linerate.toml /var/lib/linerate /var/log/linerate /var/cache/linerate /var/www/linerate; do
     [ ! -e "$f" ] || fail "$f left after dpkg -P"
 done
 echo "ok removed, then purged"
