@@ -56,6 +56,11 @@ struct Server {
     resident_bytes: u64,
     filled_bytes: u64,
     fill_queue: i64,
+    /// The pull-through cache's body bytes sent from stored slices and from slices
+    /// being filled, and received from origins (0 without `[[origin]]`).
+    cache_hit_bytes: u64,
+    cache_miss_bytes: u64,
+    origin_bytes: u64,
 }
 
 /// One line of output.
@@ -100,6 +105,11 @@ struct ServerRow {
     page_cache_hit_pct: Option<f64>,
     /// Disk fills queued or running at the end of the interval.
     fill_queue: i64,
+    /// Share of the cached objects' body bytes sent in the interval that came from
+    /// stored slices (the rest from slices being filled from an origin).
+    cache_hit_pct: Option<f64>,
+    /// Megabits per second received from origins in the interval.
+    origin_mbps: f64,
 }
 
 pub fn run(args: StatArgs) -> anyhow::Result<()> {
@@ -131,7 +141,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  rtx/s tcpmem%  %CPU    cs/s  intr/s GBfree stalls diskMB/s mpsi% |  conns   req/s kTLS%  5xx/s xdom%  hit% fillq";
+const HEADER: &str = "    time InMpps OMpps InGb/s OGb/s  errs TCPest  rtx/s tcpmem%  %CPU    cs/s  intr/s GBfree stalls diskMB/s mpsi% |  conns   req/s kTLS%  5xx/s xdom%  hit% fillq chit% oMb/s";
 
 fn format_row(r: &Row) -> String {
     let clock = {
@@ -159,16 +169,18 @@ fn format_row(r: &Row) -> String {
     let pct = |v: Option<f64>| v.map_or("    -".to_string(), |p| format!("{p:5.1}"));
     match &r.server {
         Some(sv) => s.push_str(&format!(
-            " {:6} {:7.0} {} {:6.1} {} {} {:5}",
+            " {:6} {:7.0} {} {:6.1} {} {} {:5} {} {:5.0}",
             sv.connections,
             sv.requests_per_sec,
             pct(sv.ktls_pct),
             sv.responses_5xx_per_sec,
             pct(sv.cross_domain_pct),
             pct(sv.page_cache_hit_pct),
-            sv.fill_queue
+            sv.fill_queue,
+            pct(sv.cache_hit_pct),
+            sv.origin_mbps
         )),
-        None => s.push_str("      -       -     -      -     -     -     -"),
+        None => s.push_str("      -       -     -      -     -     -     -     -     -"),
     }
     s
 }
@@ -194,6 +206,12 @@ fn row(prev: &(Instant, Kernel, Option<Server>), cur: &(Instant, Kernel, Option<
                 page_cache_hit_pct: (resident + filled > 0)
                     .then(|| 100.0 * resident as f64 / (resident + filled) as f64),
                 fill_queue: c.fill_queue,
+                cache_hit_pct: {
+                    let hit = c.cache_hit_bytes.saturating_sub(p.cache_hit_bytes);
+                    let miss = c.cache_miss_bytes.saturating_sub(p.cache_miss_bytes);
+                    (hit + miss > 0).then(|| 100.0 * hit as f64 / (hit + miss) as f64)
+                },
+                origin_mbps: per_sec(p.origin_bytes, c.origin_bytes) * 8.0 / 1e6,
             })
         }
         _ => None,
@@ -259,6 +277,9 @@ impl AdminClient {
             resident_bytes: n("body_resident_bytes"),
             filled_bytes: n("body_filled_bytes"),
             fill_queue: v.pointer("/cold/fill_queue_depth").and_then(|x| x.as_i64()).unwrap_or(0),
+            cache_hit_bytes: v.pointer("/cache/hit_bytes").and_then(|x| x.as_u64()).unwrap_or(0),
+            cache_miss_bytes: v.pointer("/cache/miss_bytes").and_then(|x| x.as_u64()).unwrap_or(0),
+            origin_bytes: v.pointer("/cache/origin_bytes").and_then(|x| x.as_u64()).unwrap_or(0),
         })
     }
 }
@@ -306,6 +327,9 @@ mod tests {
             resident_bytes: 900,
             filled_bytes: 100,
             fill_queue: 2,
+            cache_hit_bytes: 300,
+            cache_miss_bytes: 100,
+            origin_bytes: 1_000_000,
             ..Server::default()
         };
         let r = row(&(t0, a, Some(sa)), &(t1, b, Some(sb)));
@@ -322,6 +346,8 @@ mod tests {
         assert_eq!(s.cross_domain_pct, Some(25.0));
         assert_eq!(s.page_cache_hit_pct, Some(90.0));
         assert_eq!(s.fill_queue, 2);
+        assert_eq!(s.cache_hit_pct, Some(75.0));
+        assert_eq!(s.origin_mbps, 4.0, "1 MB in the 2-s interval");
         assert_eq!(r.disk_read_mbps, 150.0);
         assert_eq!(r.memory_pressure_pct, 10.0);
         let line = format_row(&r);

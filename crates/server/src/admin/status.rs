@@ -86,6 +86,7 @@ struct Numbers {
     errors_truncated: u64,
     errors_disk: u64,
     errors_slow_client: u64,
+    errors_origin: u64,
     client_limit_refusals: u64,
 }
 
@@ -123,6 +124,7 @@ impl Numbers {
         self.errors_truncated += w.errors_of(ErrorKind::Truncated);
         self.errors_disk += w.errors_of(ErrorKind::Disk);
         self.errors_slow_client += w.errors_of(ErrorKind::SlowClient);
+        self.errors_origin += w.errors_of(ErrorKind::Origin);
         self.client_limit_refusals += w.client_limit_refusals.iter().map(|c| c.get()).sum::<u64>();
     }
 }
