@@ -163,6 +163,10 @@ pub(crate) enum StoreError {
     /// No such object: never stored, dropped, or replaced by a newer version.
     #[error("no such object in the store")]
     NoObject,
+    /// The store was handed to a new process at a binary upgrade ([`Store::freeze`]):
+    /// this one only reads it.
+    #[error("the store belongs to the new process now")]
+    Frozen,
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -227,6 +231,8 @@ pub(crate) struct Store {
 
 /// What the store, its writers and its threads share.
 struct Shared {
+    /// Set by [`Store::freeze`]: nothing is written, deleted or compacted any more.
+    frozen: AtomicBool,
     slice_bytes: u64,
     fsync: bool,
     dirs: Vec<Dir>,
@@ -387,6 +393,7 @@ impl Store {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             swept: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
         };
         for (i, e) in failures {
             let _ = shared.dirs[i].failed(e, shared.now_ms(), shared.retry);
@@ -404,6 +411,9 @@ impl Store {
             let evictor = shared.clone();
             let thread = std::thread::Builder::new().name("linerate-store-evict".into()).spawn(move || {
                 while evictor.sleep(every) {
+                    if evictor.frozen.load(Ordering::Acquire) {
+                        continue;
+                    }
                     for dir in 0..evictor.dirs.len() {
                         evict::pass(&evictor, dir);
                         // A failure marks the directory (and is logged there).
@@ -427,6 +437,19 @@ impl Store {
         self.shared.slice_bytes
     }
 
+    /// Hands the store over to the process that took over the listening sockets at
+    /// a binary upgrade: from now on this one only reads it (serving hits while it
+    /// drains), and writes, deletes, evicts and compacts nothing. Two processes
+    /// writing one journal would interleave records of two indexes, and one's
+    /// compaction would drop the other's records; its fills go to memory instead.
+    pub(crate) fn freeze(&self) {
+        self.shared.frozen.store(true, Ordering::Release);
+    }
+
+    fn frozen(&self) -> bool {
+        self.shared.frozen.load(Ordering::Acquire)
+    }
+
     /// The metadata stored under `key`; the caller compares its `key` field.
     pub(crate) fn object(&self, key: &KeyHash) -> Option<Arc<ObjectMeta>> {
         self.shared.shard(key).objects.get(key).map(|e| e.meta.clone())
@@ -439,6 +462,9 @@ impl Store {
     /// restart brings back the previous metadata, older but consistent with them.
     /// A new version is not stored while no directory takes writes.
     pub(crate) fn put_object(&self, key: &KeyHash, meta: ObjectMeta) -> Result<(), StoreError> {
+        if self.frozen() {
+            return Err(StoreError::Frozen);
+        }
         let s = &*self.shared;
         let now = s.now_ms();
         let mut stale = Vec::new();
@@ -488,6 +514,9 @@ impl Store {
 
     /// Drops an object and its slices (the origin replaced it, or it was damaged).
     pub(crate) fn drop_object(&self, key: &KeyHash) {
+        if self.frozen() {
+            return;
+        }
         let s = &*self.shared;
         // The number is taken under the lock, so that it orders this drop before
         // a put of the same key that follows it.
@@ -534,6 +563,9 @@ impl Store {
     /// is stored: a new temporary file, opened read-write (readers may `sendfile`
     /// from it while it is written: hand out `writer.file()`).
     pub(crate) fn begin_slice(&self, key: &KeyHash, index: u64, len: u64) -> Result<SliceWriter, StoreError> {
+        if self.frozen() {
+            return Err(StoreError::Frozen);
+        }
         let s = &self.shared;
         let now = s.now_ms();
         let (dir, gen) = {
@@ -584,6 +616,10 @@ impl Store {
     /// is visible, a failure to write its record only marks the directory: the
     /// slice is served until a restart, which sweeps it as unknown.
     pub(crate) fn commit_slice(&self, mut writer: SliceWriter) -> Result<SliceRef, StoreError> {
+        if self.frozen() {
+            self.abort_slice(writer);
+            return Err(StoreError::Frozen);
+        }
         let s = &*self.shared;
         let d = &s.dirs[writer.dir];
         let st = writer.file.metadata()?;
@@ -633,6 +669,9 @@ impl Store {
 
     /// Forgets a slice found damaged by a reader (and removes its file).
     pub(crate) fn forget_slice(&self, key: &KeyHash, index: u64) {
+        if self.frozen() {
+            return;
+        }
         let s = &*self.shared;
         let Some(gen) = s.shard(key).objects.get(key).map(|e| e.gen) else { return };
         s.drop_slice(key, gen, index, None, true);

@@ -832,3 +832,20 @@ fn open_time_with_100k_slices() {
         OBJECTS * SLICES
     );
 }
+
+#[test]
+fn a_frozen_store_is_read_and_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&config(&[dir.path()], 1 << 30));
+    let key = store_object(&store, "/a", SLICE, "\"1\"");
+    let stored = store.slice(&key, 0).unwrap();
+    let w = store.begin_slice(&key, 0, SLICE).unwrap();
+    store.freeze();
+    assert!(matches!(store.commit_slice(w), Err(StoreError::Frozen)), "a fill begun before is not kept");
+    assert!(matches!(store.begin_slice(&key, 0, SLICE), Err(StoreError::Frozen)));
+    assert!(matches!(store.put_object(&key, meta("/a", 2 * SLICE, "\"2\"")), Err(StoreError::Frozen)));
+    store.drop_object(&key);
+    store.forget_slice(&key, 0);
+    assert_eq!(store.slice(&key, 0), Some(stored.clone()), "hits are still served");
+    assert!(stored.path.exists(), "nothing was deleted");
+}

@@ -197,7 +197,7 @@ impl Cache {
     }
 
     pub(super) fn note_store_error(&self, e: &StoreError) {
-        if !matches!(e, StoreError::NoObject) {
+        if !matches!(e, StoreError::NoObject | StoreError::Frozen) {
             self.stats.store_errors.add(1);
             if !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");

@@ -251,6 +251,11 @@ impl Running {
         if let (true, Some(stop)) = (handed_over, &self.admin_stop) {
             stop.stop();
         }
+        // The new process owns the slice store now: this one only reads it while it
+        // drains (two writers would interleave two indexes in one journal).
+        if let (true, Some(cache)) = (handed_over, &self.admin_state.cache) {
+            cache.store.freeze();
+        }
         for c in &self.controls {
             let _ = c.send(Control::Shutdown);
         }
