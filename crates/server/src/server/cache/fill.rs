@@ -196,12 +196,18 @@ impl Cache {
         }
     }
 
+    /// Counts a failure of the store, and logs the first one the store has not
+    /// logged itself: a directory that refuses writes (full, read-only...) logs
+    /// that once, per directory, when it is marked.
     pub(super) fn note_store_error(&self, e: &StoreError) {
-        if !matches!(e, StoreError::NoObject) {
-            self.stats.store_errors.add(1);
-            if !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");
-            }
+        if matches!(e, StoreError::NoObject) {
+            return;
+        }
+        self.stats.store_errors.add(1);
+        if !matches!(e, StoreError::Unwritable { .. })
+            && !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");
         }
     }
 
