@@ -147,8 +147,8 @@ impl Cache {
                     range: Some((first, last)),
                     ..OriginRequest::default()
                 };
-                let r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
-                check_slice_answer(meta, &r, first, last)?;
+                let mut r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
+                check_slice_answer(meta, &mut r, first, last)?;
                 r
             }
         };
@@ -254,22 +254,35 @@ pub(super) fn memory_file() -> File {
     })
 }
 
+/// Refuses an origin's answer that does not fit what was asked (`why`): the
+/// failure of the request, also counted among its URL's errors (`bad_response`).
+pub(super) fn refuse(r: &mut OriginResponse, why: String) -> Failure {
+    r.refuse(&why);
+    Failure::BadResponse(why)
+}
+
 /// Checks an origin's answer to the request for bytes `first..=last` of the object
 /// `meta` describes: a 206 of exactly that range of an object of the same size and
 /// version, or a 200 of the whole object when it is that range.
-pub(super) fn check_slice_answer(meta: &ObjectMeta, r: &OriginResponse, first: u64, last: u64) -> Result<(), Failure> {
+pub(super) fn check_slice_answer(
+    meta: &ObjectMeta,
+    r: &mut OriginResponse,
+    first: u64,
+    last: u64,
+) -> Result<(), Failure> {
     match r.status {
         206 => {
-            let cr = r.content_range().map_err(|e| Failure::BadResponse(e.to_string()))?;
-            let Some(cr) = cr else { return Err(Failure::BadResponse("206 without Content-Range".into())) };
+            let cr = match r.content_range() {
+                Ok(Some(cr)) => cr,
+                Ok(None) => return Err(refuse(r, "206 without Content-Range".into())),
+                Err(e) => return Err(refuse(r, e.to_string())),
+            };
             if cr.total.is_some_and(|t| t != meta.size) {
                 return Err(Failure::Replaced);
             }
             if cr.first != Some((first, last)) {
-                return Err(Failure::BadResponse(format!(
-                    "asked for bytes {first}-{last}, got {:?} of {:?}",
-                    cr.first, cr.total
-                )));
+                let why = format!("asked for bytes {first}-{last}, got {:?} of {:?}", cr.first, cr.total);
+                return Err(refuse(r, why));
             }
         }
         200 if first == 0 && last + 1 == meta.size => {}
