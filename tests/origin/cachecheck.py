@@ -2,10 +2,13 @@
 """Clients (and one origin) for the pull-through cache's tests (tests/origin/cache-tests),
 with the standard library only.
 
-  cachecheck.py crowd URL PATH FILE [--viewers N] [--spread S] [--detail OUT]
-      A flash crowd: N (default 200) viewers, each on a connection of its own, ask
-      URL+PATH (a plain http:// URL), their requests sent over S (default 0.5)
-      seconds. Each body is compared, as it arrives, with FILE. Prints one JSON
+  cachecheck.py crowd URL PATH FILE [--viewers N] [--spread S] [--rate BPS]
+                      [--detail OUT]
+      A flash crowd: N (default 200) viewers, each on a connection of its own
+      (opened first), ask URL+PATH (a plain http:// URL), their requests sent over
+      S (default 0.5) seconds. Each body is compared, as it arrives, with FILE;
+      with --rate, each viewer reads at most BPS bytes a second, as a player does,
+      through a 256 KiB receive buffer. Prints one JSON
       object: viewers, ok (200 and exactly FILE's bytes), bad (the first few
       failures described), spread_s (first to last request sent), ttfb_p50_ms,
       ttfb_p99_ms, ttfb_max_ms (request sent to the response's first byte), and
@@ -104,7 +107,12 @@ def cmd_crowd(a):
         s = None
         try:
             # Connected before the crowd starts: the requests then leave on time.
-            s = socket.create_connection((host, port), timeout=60)
+            s = socket.socket()
+            if a.rate:
+                # A paced player's window: the server cannot run far ahead of it.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+            s.settimeout(60)
+            s.connect((host, port))
             s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         except OSError as e:
             why = "viewer %d: connect: %s" % (i, e)
@@ -148,6 +156,10 @@ def cmd_crowd(a):
                     if buf[:k] != want[at : at + k]:
                         raise OSError("wrong bytes at %d" % at)
                     at += k
+                    if a.rate:
+                        ahead = t + at / a.rate - time.time()
+                        if ahead > 0:
+                            time.sleep(ahead)
                 if s.recv(1):
                     raise OSError("bytes past the body")
         except (OSError, ValueError) as e:
@@ -320,6 +332,7 @@ def main():
     c.add_argument("file")
     c.add_argument("--viewers", type=int, default=200)
     c.add_argument("--spread", type=float, default=0.5)
+    c.add_argument("--rate", type=float, default=0, help="each viewer reads at most this many bytes/s (0: no limit)")
     c.add_argument("--detail", default="", help="write `viewer sent_ms ttfb_ms` lines here")
     m = sub.add_parser("multipart")
     m.add_argument("url")
