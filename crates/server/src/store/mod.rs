@@ -129,7 +129,7 @@ pub(crate) struct ObjectMeta {
 impl ObjectMeta {
     /// Whether `other` describes the same bytes: same key, answer, size and
     /// validators. Anything else is a new version, whose slices start afresh.
-    fn same_version(&self, other: &ObjectMeta) -> bool {
+    pub(crate) fn same_version(&self, other: &ObjectMeta) -> bool {
         self.key == other.key
             && self.status == other.status
             && self.size == other.size

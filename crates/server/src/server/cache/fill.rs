@@ -91,9 +91,10 @@ pub(super) fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64
 }
 
 impl Cache {
-    /// The fill of slice `index` of `key`: the one under way, or a new one (with
-    /// `response` as its origin answer when the caller already has it). Returns its
-    /// progress and whether it was joined rather than started.
+    /// The fill of slice `index` of `key` in the version `meta` describes: the one
+    /// under way, or a new one (with `response` as its origin answer when the
+    /// caller already has it). Returns its progress and whether it was joined
+    /// rather than started.
     pub(super) fn slice_fill(
         self: &Arc<Cache>,
         table: usize,
@@ -103,13 +104,19 @@ impl Cache {
         response: Option<OriginResponse>,
     ) -> (watch::Receiver<FillState>, bool) {
         let mut fills = super::lock(&self.fills);
-        if let Some(rx) = fills.get(&(key.hash, index)) {
-            return (rx.clone(), true);
+        match fills.get(&(key.hash, index)) {
+            Some((version, rx)) if version.same_version(meta) => return (rx.clone(), true),
+            // A fill of another version, which the origin has replaced since it
+            // began: its bytes are not this version's. It runs on (its slice is
+            // not kept: its version is gone from the store), and this fill takes
+            // its place for every viewer of this version.
+            Some(_) | None => {}
         }
         let (tx, rx) = watch::channel(FillState::default());
-        fills.insert((key.hash, index), rx.clone());
+        fills.insert((key.hash, index), (meta.clone(), rx.clone()));
         drop(fills);
         self.stats.fills.add(1);
+        let own = rx.clone();
         let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());
         self.origins.spawn(async move {
             let result = cache.run_fill(table, &key, &meta, index, response, &tx).await;
@@ -122,7 +129,11 @@ impl Cache {
                 }
             }
             tx.send_modify(|s| s.end = Some(result));
-            super::lock(&cache.fills).remove(&(key.hash, index));
+            let mut fills = super::lock(&cache.fills);
+            // Unless a fill of a newer version has taken its place.
+            if fills.get(&(key.hash, index)).is_some_and(|(_, rx)| rx.same_channel(&own)) {
+                fills.remove(&(key.hash, index));
+            }
         });
         (rx, false)
     }

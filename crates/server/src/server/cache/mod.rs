@@ -140,13 +140,15 @@ pub(crate) struct CacheStats {
     pub store_errors: Tally,
 }
 
+/// Slice fills under way, by object and slice, with the version each fills.
+type Fills = HashMap<(KeyHash, u64), (Arc<ObjectMeta>, watch::Receiver<FillState>)>;
+
 /// The cache, shared by every worker.
 pub(crate) struct Cache {
     pub origins: Arc<Origins>,
     pub store: Arc<Store>,
     slice_bytes: u64,
-    /// Slice fills under way, by object and slice.
-    fills: Mutex<HashMap<(KeyHash, u64), watch::Receiver<FillState>>>,
+    fills: Mutex<Fills>,
     /// Head requests (first fetches and revalidations) under way, by object.
     opening: Mutex<HashMap<KeyHash, watch::Receiver<Option<Opened>>>>,
     /// Keys passed through lately, and until when.
