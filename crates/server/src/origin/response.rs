@@ -118,6 +118,14 @@ impl OriginResponse {
         Ok(Some(range))
     }
 
+    /// Refuses the answer as not what was asked (its `Content-Range` missing,
+    /// malformed, or another range than the one asked for): counted among its
+    /// URL's `bad_response` errors, like a body that breaks its framing, and its
+    /// connection closed with the body unread.
+    pub(crate) fn refuse(&mut self, why: &str) {
+        let _ = self.fail(OriginError::BadResponse(why.to_string()));
+    }
+
     /// The end of the body: its length checked, the connection handed back.
     async fn finish(&mut self) -> Result<(), OriginError> {
         if let Some(expected) = self.content_length {

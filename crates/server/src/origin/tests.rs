@@ -414,6 +414,27 @@ async fn content_range_of_a_206_is_checked() {
 }
 
 #[tokio::test]
+async fn a_refused_answer_counts_as_a_bad_response_and_closes_its_connection() {
+    // The lying origin of tests/origin/cache-tests: a 206 of another range than
+    // the one asked for, refused by the cache before its body is read.
+    let server = Server::start(|_| {
+        Reply::Keep(response("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4-5/10\r\nContent-Length: 2", "ab"))
+    })
+    .await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    for _ in 0..2 {
+        on_origin(&origins, |o| async move {
+            let mut r = o.fetch(0, &OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
+            r.refuse("a Content-Range other than the range asked for");
+        })
+        .await;
+    }
+    assert_eq!(errors(&origins.stats()[0], "bad_response"), 2);
+    assert_eq!(server.accepts(), 2, "a refused answer's connection is not reused");
+    wait_for("both connections to close", || origins.stats()[0].open_connections == 0).await;
+}
+
+#[tokio::test]
 async fn keep_alive_reuses_one_connection_until_the_origin_closes_it() {
     let server = Server::start(|n| match n {
         0 => Reply::Keep(ok("one")),

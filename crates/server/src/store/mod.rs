@@ -129,7 +129,7 @@ pub(crate) struct ObjectMeta {
 impl ObjectMeta {
     /// Whether `other` describes the same bytes: same key, answer, size and
     /// validators. Anything else is a new version, whose slices start afresh.
-    fn same_version(&self, other: &ObjectMeta) -> bool {
+    pub(crate) fn same_version(&self, other: &ObjectMeta) -> bool {
         self.key == other.key
             && self.status == other.status
             && self.size == other.size
@@ -512,8 +512,9 @@ impl Store {
         refused.map_or(result, Err)
     }
 
-    /// Drops an object and its slices (the origin replaced it, or it was damaged).
-    pub(crate) fn drop_object(&self, key: &KeyHash) {
+    /// Drops an object's version `version` and its slices (the origin replaced
+    /// it): a newer version stored meanwhile stays.
+    pub(crate) fn drop_object(&self, key: &KeyHash, version: &ObjectMeta) {
         if self.frozen() {
             return;
         }
@@ -522,6 +523,9 @@ impl Store {
         // a put of the same key that follows it.
         let Some((old, seq)) = ({
             let mut shard = s.shard(key);
+            if !shard.objects.get(key).is_some_and(|e| e.meta.same_version(version)) {
+                return;
+            }
             shard.objects.remove(key).map(|old| (old, s.next_seq()))
         }) else {
             return;
@@ -531,14 +535,16 @@ impl Store {
         let _ = s.append(old.dir, &Record::DropObject { seq, key: *key });
     }
 
-    /// A committed slice, checked against its file with one `stat`: a file that
-    /// is missing or not the one recorded (size, inode, mtime) is dropped from
-    /// the index and reported absent.
-    pub(crate) fn slice(&self, key: &KeyHash, index: u64) -> Option<SliceRef> {
+    /// A committed slice of the object's version `version`, checked against its
+    /// file with one `stat`: a file that is missing or not the one recorded
+    /// (size, inode, mtime) is dropped from the index and reported absent. A
+    /// slice of another version (the origin replaced the object since `version`
+    /// was read) is absent too: a response never mixes versions.
+    pub(crate) fn slice(&self, key: &KeyHash, version: &ObjectMeta, index: u64) -> Option<SliceRef> {
         let s = &*self.shared;
         let (dir, gen, slice) = {
             let shard = s.shard(key);
-            let e = shard.objects.get(key)?;
+            let e = shard.objects.get(key).filter(|e| e.meta.same_version(version))?;
             (e.dir, e.gen, *e.slices.get(&index)?)
         };
         let path = s.dirs[dir].slice_path(key, gen, index);
@@ -561,8 +567,16 @@ impl Store {
 
     /// Starts writing slice `index` (of `len` bytes) of an object whose metadata
     /// is stored: a new temporary file, opened read-write (readers may `sendfile`
-    /// from it while it is written: hand out `writer.file()`).
-    pub(crate) fn begin_slice(&self, key: &KeyHash, index: u64, len: u64) -> Result<SliceWriter, StoreError> {
+    /// from it while it is written: hand out `writer.file()`). A fill of another
+    /// version than the stored one (`version`) gets `NoObject`: its bytes are not
+    /// the stored version's.
+    pub(crate) fn begin_slice(
+        &self,
+        key: &KeyHash,
+        version: &ObjectMeta,
+        index: u64,
+        len: u64,
+    ) -> Result<SliceWriter, StoreError> {
         if self.frozen() {
             return Err(StoreError::Frozen);
         }
@@ -570,7 +584,7 @@ impl Store {
         let now = s.now_ms();
         let (dir, gen) = {
             let mut shard = s.shard(key);
-            let e = shard.objects.get(key).ok_or(StoreError::NoObject)?;
+            let e = shard.objects.get(key).filter(|e| e.meta.same_version(version)).ok_or(StoreError::NoObject)?;
             let expected = if e.meta.status == 200 { expected_len(e.meta.size, s.slice_bytes, index) } else { 0 };
             if len != expected || len == 0 {
                 return Err(StoreError::Length { expected, got: len });

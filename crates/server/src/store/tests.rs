@@ -20,6 +20,19 @@ fn config(dirs: &[&Path], max_size_bytes: u64) -> CacheConfig {
     }
 }
 
+/// The slice as the stored version has it (the version the caller last read).
+fn slice_now(store: &Store, key: &KeyHash, index: u64) -> Option<SliceRef> {
+    let meta = store.object(key)?;
+    store.slice(key, &meta, index)
+}
+
+/// Begins a slice of the stored version.
+fn begin_now(store: &Store, key: &KeyHash, index: u64, len: u64) -> Result<SliceWriter, StoreError> {
+    let meta = store.object(key).ok_or(StoreError::NoObject)?;
+    store.begin_slice(key, &meta, index, len)
+}
+
+
 fn open(config: &CacheConfig) -> Arc<Store> {
     Store::open(config, Box::new(HashMap::new)).unwrap()
 }
@@ -56,7 +69,7 @@ fn store_object(store: &Store, name: &str, size: u64, etag: &str) -> KeyHash {
 }
 
 fn fill(store: &Store, key: &KeyHash, index: u64, len: u64) -> SliceRef {
-    let w = store.begin_slice(key, index, len).unwrap();
+    let w = begin_now(&store, key, index, len).unwrap();
     let bytes = bytes_of(key, index, len);
     // In two writes, the second first: offsets are honoured.
     let half = bytes.len() / 2;
@@ -68,7 +81,7 @@ fn fill(store: &Store, key: &KeyHash, index: u64, len: u64) -> SliceRef {
 
 /// Reads a slice as a hit would: through its path, checked against its identity.
 fn read_slice(store: &Store, key: &KeyHash, index: u64) -> Option<Vec<u8>> {
-    let r = store.slice(key, index)?;
+    let r = slice_now(&store, key, index)?;
     let mut f = std::fs::File::open(&r.path).unwrap();
     let m = f.metadata().unwrap();
     assert_eq!((m.dev(), m.ino(), m.len()), (r.dev, r.ino, r.len));
@@ -105,7 +118,7 @@ fn objects_and_slices_survive_a_reopen() {
         store
             .put_object(&negative, ObjectMeta { status: 404, size: 0, etag: None, ..meta("/vod/missing", 0, "") })
             .unwrap();
-        assert!(matches!(store.begin_slice(&negative, 0, SLICE), Err(StoreError::Length { expected: 0, .. })));
+        assert!(matches!(begin_now(&store, &negative, 0, SLICE), Err(StoreError::Length { expected: 0, .. })));
         let stats = store.stats();
         assert_eq!((stats.objects, stats.slices, stats.bytes), (2, 4, size));
         assert_eq!(stats.dirs[0].bytes, size);
@@ -118,7 +131,7 @@ fn objects_and_slices_survive_a_reopen() {
         let len = expected_len(size, SLICE, index);
         assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, len), "slice {index}");
     }
-    assert!(store.slice(&key, 4).is_none());
+    assert!(slice_now(&store, &key, 4).is_none());
     assert_eq!(store.object(&key_hash(b"/vod/missing")).unwrap().status, 404);
     assert_eq!(store.stats().bytes, size);
     // The index lives in the journal, not in a walk of the files.
@@ -131,28 +144,28 @@ fn a_slice_is_invisible_until_committed() {
     let tmp = tempfile::tempdir().unwrap();
     let store = open(&config(&[tmp.path()], 1 << 30));
     let key = key_hash(b"k");
-    assert!(matches!(store.begin_slice(&key, 0, SLICE), Err(StoreError::NoObject)));
+    assert!(matches!(begin_now(&store, &key, 0, SLICE), Err(StoreError::NoObject)));
     store.put_object(&key, meta("k", 2 * SLICE, "e")).unwrap();
-    let w = store.begin_slice(&key, 1, SLICE).unwrap();
+    let w = begin_now(&store, &key, 1, SLICE).unwrap();
     w.write_at(&[7; 100], 0).unwrap();
     assert_eq!(w.written(), 100);
     // A reader may send from the file being written, up to `written`.
     let mut head = [0; 100];
     std::os::unix::fs::FileExt::read_exact_at(&**w.file(), &mut head, 0).unwrap();
     assert_eq!(head, [7; 100]);
-    assert!(store.slice(&key, 1).is_none());
+    assert!(slice_now(&store, &key, 1).is_none());
     assert!(files_under(&tmp.path().join("slices")).is_empty());
     w.write_at(&[8; SLICE as usize - 100], 100).unwrap();
-    assert!(store.slice(&key, 1).is_none(), "complete but not committed");
+    assert!(slice_now(&store, &key, 1).is_none(), "complete but not committed");
     let r = store.commit_slice(w).unwrap();
-    assert_eq!(store.slice(&key, 1), Some(r));
+    assert_eq!(slice_now(&store, &key, 1), Some(r));
     // Aborted or dropped writers leave nothing behind.
-    let w = store.begin_slice(&key, 0, SLICE).unwrap();
+    let w = begin_now(&store, &key, 0, SLICE).unwrap();
     w.write_at(&[1; 10], 0).unwrap();
     store.abort_slice(w);
-    drop(store.begin_slice(&key, 0, SLICE).unwrap());
+    drop(begin_now(&store, &key, 0, SLICE).unwrap());
     assert!(files_under(&tmp.path().join("tmp")).is_empty());
-    assert!(store.slice(&key, 0).is_none());
+    assert!(slice_now(&store, &key, 0).is_none());
 }
 
 #[test]
@@ -162,13 +175,13 @@ fn a_wrong_length_is_refused() {
     let key = key_hash(b"k");
     store.put_object(&key, meta("k", SLICE + 10, "e")).unwrap();
     // Slice 1 is the last one: 10 bytes.
-    assert!(matches!(store.begin_slice(&key, 1, SLICE), Err(StoreError::Length { expected: 10, got: SLICE })));
-    assert!(matches!(store.begin_slice(&key, 2, 10), Err(StoreError::Length { expected: 0, got: 10 })));
-    let w = store.begin_slice(&key, 1, 10).unwrap();
+    assert!(matches!(begin_now(&store, &key, 1, SLICE), Err(StoreError::Length { expected: 10, got: SLICE })));
+    assert!(matches!(begin_now(&store, &key, 2, 10), Err(StoreError::Length { expected: 0, got: 10 })));
+    let w = begin_now(&store, &key, 1, 10).unwrap();
     assert!(matches!(w.write_at(&[0; 11], 0), Err(StoreError::Length { expected: 10, got: 11 })));
     w.write_at(&[0; 9], 0).unwrap();
     assert!(matches!(store.commit_slice(w), Err(StoreError::Length { expected: 10, got: 9 })));
-    assert!(store.slice(&key, 1).is_none());
+    assert!(slice_now(&store, &key, 1).is_none());
     assert!(files_under(tmp.path()).iter().all(|p| p.ends_with("index.journal")), "the short slice is discarded");
 }
 
@@ -183,27 +196,34 @@ fn new_validators_drop_the_old_slices() {
     refreshed.fresh_until += 600;
     store.put_object(&key, refreshed.clone()).unwrap();
     assert_eq!(*store.object(&key).unwrap(), refreshed);
-    assert!(store.slice(&key, 0).is_some() && store.slice(&key, 1).is_some());
+    assert!(slice_now(&store, &key, 0).is_some() && slice_now(&store, &key, 1).is_some());
     // A slice of v1 still being written when v2 arrives is discarded at commit.
-    let late = store.begin_slice(&key, 0, SLICE).unwrap();
+    let late = begin_now(&store, &key, 0, SLICE).unwrap();
     late.write_at(&[0; SLICE as usize], 0).unwrap();
     store.put_object(&key, meta("k", 2 * SLICE, "v2")).unwrap();
-    assert!(store.slice(&key, 0).is_none() && store.slice(&key, 1).is_none());
+    assert!(slice_now(&store, &key, 0).is_none() && slice_now(&store, &key, 1).is_none());
     assert!(matches!(store.commit_slice(late), Err(StoreError::NoObject)));
     assert!(files_under(&tmp.path().join("slices")).is_empty(), "v1's files are removed");
     assert_eq!(store.stats().slices, 0);
+    // A reader or a fill of v1, once v2 is stored, sees none of v2's slices and
+    // cannot begin one: a response never mixes versions.
+    let v1 = meta("k", 2 * SLICE, "v1");
+    fill(&store, &key, 0, SLICE);
+    assert!(store.slice(&key, &store.object(&key).unwrap(), 0).is_some());
+    assert!(store.slice(&key, &v1, 0).is_none(), "v2's slice is not v1's");
+    assert!(matches!(store.begin_slice(&key, &v1, 1, SLICE), Err(StoreError::NoObject)));
     // So does another size, or another last-modified.
     fill(&store, &key, 0, SLICE);
     store.put_object(&key, meta("k", 3 * SLICE, "v2")).unwrap();
-    assert!(store.slice(&key, 0).is_none());
+    assert!(slice_now(&store, &key, 0).is_none());
     fill(&store, &key, 0, SLICE);
     store.put_object(&key, ObjectMeta { last_modified: Some(b"x".to_vec()), ..meta("k", 3 * SLICE, "v2") }).unwrap();
-    assert!(store.slice(&key, 0).is_none());
+    assert!(slice_now(&store, &key, 0).is_none());
     fill(&store, &key, 2, SLICE);
     drop(store);
     // After a restart, only the newest version's slices are there.
     let store = open(&cfg);
-    assert!(store.slice(&key, 0).is_none());
+    assert!(slice_now(&store, &key, 0).is_none());
     assert_eq!(read_slice(&store, &key, 2).unwrap(), bytes_of(&key, 2, SLICE));
     assert_eq!(store.stats().slices, 1);
 }
@@ -215,15 +235,15 @@ fn dropped_objects_and_forgotten_slices_stay_gone() {
     let store = open(&cfg);
     let a = store_object(&store, "a", 2 * SLICE, "e");
     let b = store_object(&store, "b", 2 * SLICE, "e");
-    store.drop_object(&a);
+    store.drop_object(&a, &store.object(&a).unwrap());
     store.forget_slice(&b, 1);
-    assert!(store.object(&a).is_none() && store.slice(&a, 0).is_none());
-    assert!(store.slice(&b, 1).is_none() && store.slice(&b, 0).is_some());
+    assert!(store.object(&a).is_none() && slice_now(&store, &a, 0).is_none());
+    assert!(slice_now(&store, &b, 1).is_none() && slice_now(&store, &b, 0).is_some());
     assert_eq!(files_under(&tmp.path().join("slices")).len(), 1);
     drop(store);
     let store = open(&cfg);
     assert!(store.object(&a).is_none());
-    assert!(store.slice(&b, 1).is_none() && store.slice(&b, 0).is_some());
+    assert!(slice_now(&store, &b, 1).is_none() && slice_now(&store, &b, 0).is_some());
     let stats = store.stats();
     assert_eq!((stats.objects, stats.slices, stats.bytes), (1, 1, SLICE));
 }
@@ -239,7 +259,7 @@ fn a_record_whose_file_changed_is_never_served() {
     {
         let store = open(&cfg);
         key = store_object(&store, "k", 5 * SLICE, "e");
-        paths = (0..5).map(|i| store.slice(&key, i).unwrap().path).collect();
+        paths = (0..5).map(|i| slice_now(&store, &key, i).unwrap().path).collect();
     }
     std::fs::remove_file(&paths[0]).unwrap();
     std::fs::OpenOptions::new().write(true).open(&paths[1]).unwrap().set_len(100).unwrap();
@@ -255,7 +275,7 @@ fn a_record_whose_file_changed_is_never_served() {
     drop(f);
     let store = open(&cfg);
     for i in 0..4 {
-        assert!(store.slice(&key, i).is_none(), "slice {i}");
+        assert!(slice_now(&store, &key, i).is_none(), "slice {i}");
     }
     assert_eq!(read_slice(&store, &key, 4).unwrap(), bytes_of(&key, 4, SLICE));
     assert_eq!(store.stats().slices, 1);
@@ -349,7 +369,7 @@ fn reopen_after_a_crash_at_any_step_serves_only_whole_slices() {
         // Version 1's slice 0; version 2 replaces it, and "crashes" before its
         // file is removed: put it back.
         let v1 = store_object(&store, "k", SLICE, "v1");
-        let v1_path = store.slice(&v1, 0).unwrap().path;
+        let v1_path = slice_now(&store, &v1, 0).unwrap().path;
         let v1_bytes = std::fs::read(&v1_path).unwrap();
         store.put_object(&key, meta("k", size, "v2")).unwrap();
         std::fs::write(&v1_path, v1_bytes).unwrap();
@@ -357,10 +377,10 @@ fn reopen_after_a_crash_at_any_step_serves_only_whole_slices() {
         for index in 0..5 {
             fill(&store, &key, index, SLICE);
         }
-        let r = store.slice(&key, 0).unwrap();
+        let r = slice_now(&store, &key, 0).unwrap();
         gen = r.path.file_name().unwrap().to_str().unwrap().split('.').nth(1).unwrap().parse::<u64>().unwrap();
         // Before the rename: a tmp file of this (soon dead) run, half written.
-        let w = store.begin_slice(&key, 5, SLICE).unwrap();
+        let w = begin_now(&store, &key, 5, SLICE).unwrap();
         w.write_at(&[1; 100], 0).unwrap();
         std::mem::forget(w);
         // Slice 0's file goes while the server is down.
@@ -379,12 +399,12 @@ fn reopen_after_a_crash_at_any_step_serves_only_whole_slices() {
     assert!(slice4.exists());
 
     let store = open(&cfg);
-    assert!(store.slice(&key, 0).is_none(), "its file is gone");
+    assert!(slice_now(&store, &key, 0).is_none(), "its file is gone");
     for index in 1..4 {
         assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, SLICE), "slice {index}");
     }
-    assert!(store.slice(&key, 4).is_none(), "its record was lost");
-    assert!(store.slice(&key, 5).is_none(), "never committed");
+    assert!(slice_now(&store, &key, 4).is_none(), "its record was lost");
+    assert!(slice_now(&store, &key, 5).is_none(), "never committed");
     wait_for_sweep(&store);
     assert!(!slice4.exists() && !old_version.exists(), "orphans are removed");
     assert!(files_under(&tmp.path().join("tmp")).is_empty(), "tmp leftovers are removed");
@@ -408,18 +428,18 @@ fn the_sweep_spares_slices_being_committed() {
     let store = open(&config(&[tmp.path()], 1 << 30));
     wait_for_sweep(&store);
     let key = store_object(&store, "k", 2 * SLICE, "e");
-    let w = store.begin_slice(&key, 1, SLICE).unwrap();
+    let w = begin_now(&store, &key, 1, SLICE).unwrap();
     // As if between its rename and its index entry.
-    let slice0 = store.slice(&key, 0).unwrap().path;
+    let slice0 = slice_now(&store, &key, 0).unwrap().path;
     let name = slice0.file_name().unwrap().to_str().unwrap();
     let path = slice0.with_file_name(format!("{}.1", name.strip_suffix(".0").unwrap()));
     store.forget_slice(&key, 1);
     std::fs::write(&path, vec![0; SLICE as usize]).unwrap();
     assert_eq!(sweep::sweep(&store.shared), sweep::Swept::default());
-    assert!(path.exists() && store.slice(&key, 0).is_some());
+    assert!(path.exists() && slice_now(&store, &key, 0).is_some());
     drop(w);
     assert_eq!(sweep::sweep(&store.shared), sweep::Swept { orphans: 1, tmp_files: 0 });
-    assert!(!path.exists() && store.slice(&key, 0).is_some());
+    assert!(!path.exists() && slice_now(&store, &key, 0).is_some());
 }
 
 #[test]
@@ -505,14 +525,14 @@ fn a_read_only_directory_is_passed_over() {
     let retry = std::time::Duration::from_millis(300);
     let store = Store::open_with(&cfg, Box::new(HashMap::new), Options { retry, ..Options::default() }).unwrap();
     assert!(store.stats().dirs[0].writable, "not known yet");
-    match store.begin_slice(&x, 1, SLICE) {
+    match begin_now(&store, &x, 1, SLICE) {
         Err(StoreError::Unwritable { dir, source }) => {
             assert_eq!(dir, a.path());
             assert_eq!(source.raw_os_error(), Some(libc::EROFS));
         }
         r => panic!("{:?}", r.map(|_| ())),
     }
-    assert!(matches!(store.begin_slice(&x, 1, SLICE), Err(StoreError::Unwritable { .. })), "refused at once");
+    assert!(matches!(begin_now(&store, &x, 1, SLICE), Err(StoreError::Unwritable { .. })), "refused at once");
     let stats = store.stats();
     assert!(!stats.dirs[0].writable && stats.dirs[1].writable);
     assert_eq!(stats.dirs[0].unwritable_errors, 1, "refusals are not errors of the disk");
@@ -529,7 +549,7 @@ fn a_read_only_directory_is_passed_over() {
     assert_eq!(fill(&store, &y, 0, SLICE).dir, 1);
     // Writable again: taken back once the retry time is up.
     ro.undo();
-    assert!(matches!(store.begin_slice(&x, 1, SLICE), Err(StoreError::Unwritable { .. })));
+    assert!(matches!(begin_now(&store, &x, 1, SLICE), Err(StoreError::Unwritable { .. })));
     std::thread::sleep(retry);
     assert_eq!(fill(&store, &x, 1, SLICE).dir, 0);
     assert!(store.stats().dirs[0].writable);
@@ -585,23 +605,23 @@ fn eviction_takes_the_long_tail_first() {
     // The popular object's slices were started often, one of the unpopular's
     // once; the estimate does not know the other three.
     for i in 0..4 {
-        note_passes(&admission, &store.slice(&popular, i).unwrap(), 10);
+        note_passes(&admission, &slice_now(&store, &popular, i).unwrap(), 10);
     }
-    note_passes(&admission, &store.slice(&unpopular, 3).unwrap(), 1);
+    note_passes(&admission, &slice_now(&store, &unpopular, 3).unwrap(), 1);
     // Slice 0 was used after slice 2, and slice 1 never since its fill.
     std::thread::sleep(std::time::Duration::from_millis(5));
     store.note_use(&unpopular, 2);
     std::thread::sleep(std::time::Duration::from_millis(5));
     store.note_use(&unpopular, 0);
-    let held = std::fs::File::open(store.slice(&unpopular, 1).unwrap().path).unwrap();
+    let held = std::fs::File::open(slice_now(&store, &unpopular, 1).unwrap().path).unwrap();
     // 8 slices over a limit of 7 go to 6.65: two go, of the three the estimate
     // does not know the two least recently used.
     assert_eq!(evict::pass(&store.shared, 0), 2 * SLICE);
     for i in 0..4 {
-        assert!(store.slice(&popular, i).is_some(), "popular slice {i}");
+        assert!(slice_now(&store, &popular, i).is_some(), "popular slice {i}");
     }
-    assert!(store.slice(&unpopular, 1).is_none() && store.slice(&unpopular, 2).is_none());
-    assert!(store.slice(&unpopular, 0).is_some() && store.slice(&unpopular, 3).is_some());
+    assert!(slice_now(&store, &unpopular, 1).is_none() && slice_now(&store, &unpopular, 2).is_none());
+    assert!(slice_now(&store, &unpopular, 0).is_some() && slice_now(&store, &unpopular, 3).is_some());
     let stats = store.stats();
     assert_eq!((stats.slices, stats.bytes), (6, 6 * SLICE));
     assert_eq!((stats.dirs[0].evictions, stats.dirs[0].evicted_bytes), (2, 2 * SLICE));
@@ -644,7 +664,7 @@ fn eviction_keeps_free_space_above_its_floor() {
     assert_eq!(store.stats().slices, 6);
     assert_eq!(store.stats().dirs[0].free_bytes, 19 * SLICE);
     // Unknown to the estimate: the least recently used go.
-    assert!(store.slice(&key, 0).is_none() && store.slice(&key, 1).is_none());
+    assert!(slice_now(&store, &key, 0).is_none() && slice_now(&store, &key, 1).is_none());
 }
 
 /// The evictor thread does this by itself, and stops with the store.
@@ -703,7 +723,7 @@ fn compaction_keeps_exactly_the_live_records() {
     // Dropped.
     store.put_object(&z, meta(&z_name, SLICE, "e")).unwrap();
     fill(&store, &z, 0, SLICE);
-    store.drop_object(&z);
+    store.drop_object(&z, &store.object(&z).unwrap());
     // In the other directory: untouched by a's compaction.
     store.put_object(&w, meta(&w_name, SLICE, "e")).unwrap();
     fill(&store, &w, 0, SLICE);
@@ -745,7 +765,7 @@ fn compaction_keeps_exactly_the_live_records() {
     for i in 0..3 {
         assert_eq!(read_slice(&store, &x, i).unwrap(), bytes_of(&x, i, SLICE));
     }
-    assert!(store.object(&z).is_none() && store.slice(&y, 0).is_none());
+    assert!(store.object(&z).is_none() && slice_now(&store, &y, 0).is_none());
     assert_eq!(read_slice(&store, &w, 0).unwrap(), bytes_of(&w, 0, SLICE));
 }
 
@@ -777,7 +797,7 @@ fn a_long_journal_is_compacted_by_itself() {
     drop(store);
     let store = open(&config(&[tmp.path()], 1 << 30));
     assert_eq!(*store.object(&key).unwrap(), m);
-    assert!(store.slice(&key, 0).is_some());
+    assert!(slice_now(&store, &key, 0).is_some());
 }
 
 /// How long `open` takes with 100,000 slices recorded, and the sweep after it.
@@ -803,7 +823,7 @@ fn open_time_with_100k_slices() {
                 let key = key_hash(name.as_bytes());
                 store.put_object(&key, meta(&name, SLICES * SLICE, "e")).unwrap();
                 for i in 0..SLICES {
-                    let w = store.begin_slice(&key, i, SLICE).unwrap();
+                    let w = begin_now(&store, &key, i, SLICE).unwrap();
                     w.write_at(&block, 0).unwrap();
                     store.commit_slice(w).unwrap();
                 }
@@ -823,7 +843,7 @@ fn open_time_with_100k_slices() {
         assert_eq!(store.stats().slices, OBJECTS * SLICES);
         let t = std::time::Instant::now();
         for key in &keys {
-            assert!(store.slice(key, SLICES - 1).is_some());
+            assert!(slice_now(&store, key, SLICES - 1).is_some());
         }
         opens.push((opened, swept, t.elapsed() / OBJECTS as u32));
     }
@@ -838,14 +858,14 @@ fn a_frozen_store_is_read_and_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&config(&[dir.path()], 1 << 30));
     let key = store_object(&store, "/a", SLICE, "\"1\"");
-    let stored = store.slice(&key, 0).unwrap();
-    let w = store.begin_slice(&key, 0, SLICE).unwrap();
+    let stored = slice_now(&store, &key, 0).unwrap();
+    let w = begin_now(&store, &key, 0, SLICE).unwrap();
     store.freeze();
     assert!(matches!(store.commit_slice(w), Err(StoreError::Frozen)), "a fill begun before is not kept");
-    assert!(matches!(store.begin_slice(&key, 0, SLICE), Err(StoreError::Frozen)));
+    assert!(matches!(begin_now(&store, &key, 0, SLICE), Err(StoreError::Frozen)));
     assert!(matches!(store.put_object(&key, meta("/a", 2 * SLICE, "\"2\"")), Err(StoreError::Frozen)));
-    store.drop_object(&key);
+    store.drop_object(&key, &store.object(&key).unwrap());
     store.forget_slice(&key, 0);
-    assert_eq!(store.slice(&key, 0), Some(stored.clone()), "hits are still served");
+    assert_eq!(slice_now(&store, &key, 0), Some(stored.clone()), "hits are still served");
     assert!(stored.path.exists(), "nothing was deleted");
 }

@@ -91,9 +91,10 @@ pub(super) fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64
 }
 
 impl Cache {
-    /// The fill of slice `index` of `key`: the one under way, or a new one (with
-    /// `response` as its origin answer when the caller already has it). Returns its
-    /// progress and whether it was joined rather than started.
+    /// The fill of slice `index` of `key` in the version `meta` describes: the one
+    /// under way, or a new one (with `response` as its origin answer when the
+    /// caller already has it). Returns its progress and whether it was joined
+    /// rather than started.
     pub(super) fn slice_fill(
         self: &Arc<Cache>,
         table: usize,
@@ -103,13 +104,23 @@ impl Cache {
         response: Option<OriginResponse>,
     ) -> (watch::Receiver<FillState>, bool) {
         let mut fills = super::lock(&self.fills);
-        if let Some(rx) = fills.get(&(key.hash, index)) {
-            return (rx.clone(), true);
-        }
         let (tx, rx) = watch::channel(FillState::default());
-        fills.insert((key.hash, index), rx.clone());
+        match fills.get(&(key.hash, index)) {
+            Some((version, rx)) if version.same_version(meta) => return (rx.clone(), true),
+            // A fill of the stored version under way, and this viewer reads an
+            // older one (the origin replaced it while the viewer read): this fill
+            // runs alone, for this viewer, and will find its version gone.
+            Some((version, _)) if self.store.object(&key.hash).is_some_and(|m| m.same_version(version)) => {}
+            // None, or a fill of a version the origin has replaced since it
+            // began: its bytes are not this version's. It runs on (its slice is
+            // not kept), and this fill takes its place for this version's viewers.
+            Some(_) | None => {
+                fills.insert((key.hash, index), (meta.clone(), rx.clone()));
+            }
+        }
         drop(fills);
         self.stats.fills.add(1);
+        let own = rx.clone();
         let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());
         self.origins.spawn(async move {
             let result = cache.run_fill(table, &key, &meta, index, response, &tx).await;
@@ -117,12 +128,16 @@ impl Cache {
                 cache.stats.fill_failures.add(1);
                 tracing::debug!(key = %String::from_utf8_lossy(&key.text), index, "slice fill failed: {f}");
                 if *f == Failure::Replaced {
-                    cache.store.drop_object(&key.hash);
+                    cache.store.drop_object(&key.hash, &meta);
                     cache.stats.replaced.add(1);
                 }
             }
             tx.send_modify(|s| s.end = Some(result));
-            super::lock(&cache.fills).remove(&(key.hash, index));
+            let mut fills = super::lock(&cache.fills);
+            // Unless a fill of a newer version has taken its place.
+            if fills.get(&(key.hash, index)).is_some_and(|(_, rx)| rx.same_channel(&own)) {
+                fills.remove(&(key.hash, index));
+            }
         });
         (rx, false)
     }
@@ -147,12 +162,12 @@ impl Cache {
                     range: Some((first, last)),
                     ..OriginRequest::default()
                 };
-                let r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
-                check_slice_answer(meta, &r, first, last)?;
+                let mut r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
+                check_slice_answer(meta, &mut r, first, last)?;
                 r
             }
         };
-        let mut sink = self.sink(key, index, len);
+        let mut sink = self.sink(key, meta, index, len);
         tx.send_modify(|s| s.file = Some(sink.file()));
         let mut written = 0u64;
         while let Some(chunk) = response.chunk().await.map_err(Failure::origin)? {
@@ -186,8 +201,8 @@ impl Cache {
 
     /// A place for the slice: the store's, or a file in memory when the store
     /// cannot take it (logged once, counted).
-    fn sink(&self, key: &Key, index: u64, len: u64) -> Sink {
-        match self.store.begin_slice(&key.hash, index, len) {
+    fn sink(&self, key: &Key, meta: &ObjectMeta, index: u64, len: u64) -> Sink {
+        match self.store.begin_slice(&key.hash, meta, index, len) {
             Ok(w) => Sink::Store(w),
             Err(e) => {
                 self.note_store_error(&e);
@@ -196,12 +211,18 @@ impl Cache {
         }
     }
 
+    /// Counts a failure of the store, and logs the first one the store has not
+    /// logged itself: a directory that refuses writes (full, read-only...) logs
+    /// that once, per directory, when it is marked.
     pub(super) fn note_store_error(&self, e: &StoreError) {
-        if !matches!(e, StoreError::NoObject | StoreError::Frozen) {
-            self.stats.store_errors.add(1);
-            if !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");
-            }
+        if matches!(e, StoreError::NoObject | StoreError::Frozen) {
+            return;
+        }
+        self.stats.store_errors.add(1);
+        if !matches!(e, StoreError::Unwritable { .. })
+            && !LOG_ONCE_STORE.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::error!("cache store: {e}; responses are passed through from the origin, not kept (logged once; see linerate_cache_store_errors_total)");
         }
     }
 
@@ -248,22 +269,35 @@ pub(super) fn memory_file() -> File {
     })
 }
 
+/// Refuses an origin's answer that does not fit what was asked (`why`): the
+/// failure of the request, also counted among its URL's errors (`bad_response`).
+pub(super) fn refuse(r: &mut OriginResponse, why: String) -> Failure {
+    r.refuse(&why);
+    Failure::BadResponse(why)
+}
+
 /// Checks an origin's answer to the request for bytes `first..=last` of the object
 /// `meta` describes: a 206 of exactly that range of an object of the same size and
 /// version, or a 200 of the whole object when it is that range.
-pub(super) fn check_slice_answer(meta: &ObjectMeta, r: &OriginResponse, first: u64, last: u64) -> Result<(), Failure> {
+pub(super) fn check_slice_answer(
+    meta: &ObjectMeta,
+    r: &mut OriginResponse,
+    first: u64,
+    last: u64,
+) -> Result<(), Failure> {
     match r.status {
         206 => {
-            let cr = r.content_range().map_err(|e| Failure::BadResponse(e.to_string()))?;
-            let Some(cr) = cr else { return Err(Failure::BadResponse("206 without Content-Range".into())) };
+            let cr = match r.content_range() {
+                Ok(Some(cr)) => cr,
+                Ok(None) => return Err(refuse(r, "206 without Content-Range".into())),
+                Err(e) => return Err(refuse(r, e.to_string())),
+            };
             if cr.total.is_some_and(|t| t != meta.size) {
                 return Err(Failure::Replaced);
             }
             if cr.first != Some((first, last)) {
-                return Err(Failure::BadResponse(format!(
-                    "asked for bytes {first}-{last}, got {:?} of {:?}",
-                    cr.first, cr.total
-                )));
+                let why = format!("asked for bytes {first}-{last}, got {:?} of {:?}", cr.first, cr.total);
+                return Err(refuse(r, why));
             }
         }
         200 if first == 0 && last + 1 == meta.size => {}

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use fill::refuse;
 pub(crate) use fill::{Failure, FillState};
 pub(crate) use key::Key;
 pub(crate) use meta::Uncacheable;
@@ -139,13 +140,15 @@ pub(crate) struct CacheStats {
     pub store_errors: Tally,
 }
 
+/// Slice fills under way, by object and slice, with the version each fills.
+type Fills = HashMap<(KeyHash, u64), (Arc<ObjectMeta>, watch::Receiver<FillState>)>;
+
 /// The cache, shared by every worker.
 pub(crate) struct Cache {
     pub origins: Arc<Origins>,
     pub store: Arc<Store>,
     slice_bytes: u64,
-    /// Slice fills under way, by object and slice.
-    fills: Mutex<HashMap<(KeyHash, u64), watch::Receiver<FillState>>>,
+    fills: Mutex<Fills>,
     /// Head requests (first fetches and revalidations) under way, by object.
     opening: Mutex<HashMap<KeyHash, watch::Receiver<Option<Opened>>>>,
     /// Keys passed through lately, and until when.
@@ -286,7 +289,7 @@ impl Cache {
             req.if_modified_since = m.last_modified.clone();
         }
         let t = self.origins.table(table);
-        let response = match self.origins.fetch(table, &req).await {
+        let mut response = match self.origins.fetch(table, &req).await {
             Ok(r) => r,
             Err(e) => return self.failed(old, Failure::origin(e)),
         };
@@ -301,9 +304,9 @@ impl Cache {
                 let cr = match response.content_range() {
                     Ok(Some(cr)) => cr,
                     Ok(None) => {
-                        return self.failed(old, Failure::BadResponse(format!("{status} without Content-Range")))
+                        return self.failed(old, refuse(&mut response, format!("{status} without Content-Range")))
                     }
-                    Err(e) => return self.failed(old, Failure::BadResponse(e.to_string())),
+                    Err(e) => return self.failed(old, refuse(&mut response, e.to_string())),
                 };
                 let Some(total) = cr.total else {
                     return Opened::Pass(Uncacheable::NoLength);
@@ -312,13 +315,11 @@ impl Cache {
                     return Opened::Pass(why);
                 }
                 let m = object_meta(&key.text, 200, total, &response.headers, now, t);
-                let body = (status == 206 && total > 0).then_some(response);
-                if let Some(r) = &body {
-                    if r.content_range().ok().flatten().and_then(|c| c.first) != Some(slice_bounds(index, s, total)) {
-                        return self.failed(
-                            old,
-                            Failure::BadResponse("a Content-Range other than the slice asked for".into()),
-                        );
+                let mut body = (status == 206 && total > 0).then_some(response);
+                if let Some(r) = &mut body {
+                    if cr.first != Some(slice_bounds(index, s, total)) {
+                        let why = "a Content-Range other than the slice asked for".to_string();
+                        return self.failed(old, refuse(r, why));
                     }
                 }
                 (m, body)
@@ -353,7 +354,7 @@ impl Cache {
         let meta = Arc::new(meta);
         if let Some(response) = body {
             let index = if response.status == 200 { 0 } else { index };
-            if self.store.slice(&key.hash, index).is_none() {
+            if self.store.slice(&key.hash, &meta, index).is_none() {
                 let _ = self.slice_fill(table, key, &meta, index, Some(response));
             }
         }

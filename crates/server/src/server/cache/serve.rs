@@ -120,13 +120,13 @@ impl Cache {
             let (first, last) = slice_bounds(index, s, meta.size);
             let upto = end.min(last + 1);
             // The range goes on past this slice: have the next one coming meanwhile.
-            if upto < end && self.stored(files, key, index + 1).is_none() {
+            if upto < end && self.stored(files, key, meta, index + 1).is_none() {
                 let (_, joined) = self.slice_fill(table, key, meta, index + 1, None);
                 if !joined {
                     own_prefetch = Some(index + 1);
                 }
             }
-            match self.stored(files, key, index) {
+            match self.stored(files, key, meta, index) {
                 Some(slice) => {
                     match pages {
                         Some(p) => p.send_range(io, &slice, at - first, upto - at, read_on, progress).await?,
@@ -153,10 +153,10 @@ impl Cache {
         Ok(())
     }
 
-    /// Slice `index` of `key` from the store, open, if it is there and intact (a
-    /// damaged one is forgotten, so it is fetched again).
-    fn stored(&self, files: &SliceFiles, key: &Key, index: u64) -> Option<Rc<SliceFile>> {
-        let sref = self.store.slice(&key.hash, index)?;
+    /// Slice `index` of `key` in the version `meta` from the store, open, if it
+    /// is there and intact (a damaged one is forgotten, so it is fetched again).
+    fn stored(&self, files: &SliceFiles, key: &Key, meta: &ObjectMeta, index: u64) -> Option<Rc<SliceFile>> {
+        let sref = self.store.slice(&key.hash, meta, index)?;
         let f = files.open(&key.hash, index, &sref);
         if f.is_none() {
             tracing::warn!(path = %sref.path.display(), "a cache file differs from what was stored; fetched again");
