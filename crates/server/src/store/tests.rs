@@ -32,7 +32,6 @@ fn begin_now(store: &Store, key: &KeyHash, index: u64, len: u64) -> Result<Slice
     store.begin_slice(key, &meta, index, len)
 }
 
-
 fn open(config: &CacheConfig) -> Arc<Store> {
     Store::open(config, Box::new(HashMap::new)).unwrap()
 }
