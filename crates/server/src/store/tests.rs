@@ -68,7 +68,7 @@ fn store_object(store: &Store, name: &str, size: u64, etag: &str) -> KeyHash {
 }
 
 fn fill(store: &Store, key: &KeyHash, index: u64, len: u64) -> SliceRef {
-    let w = begin_now(&store, key, index, len).unwrap();
+    let w = begin_now(store, key, index, len).unwrap();
     let bytes = bytes_of(key, index, len);
     // In two writes, the second first: offsets are honoured.
     let half = bytes.len() / 2;
@@ -80,7 +80,7 @@ fn fill(store: &Store, key: &KeyHash, index: u64, len: u64) -> SliceRef {
 
 /// Reads a slice as a hit would: through its path, checked against its identity.
 fn read_slice(store: &Store, key: &KeyHash, index: u64) -> Option<Vec<u8>> {
-    let r = slice_now(&store, key, index)?;
+    let r = slice_now(store, key, index)?;
     let mut f = std::fs::File::open(&r.path).unwrap();
     let m = f.metadata().unwrap();
     assert_eq!((m.dev(), m.ino(), m.len()), (r.dev, r.ino, r.len));
