@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::AdminState;
 use crate::origin::UrlStats;
 use crate::server::cache::Cache;
+use crate::store::StoreStats;
 
 #[derive(Serialize)]
 pub(super) struct CacheView {
@@ -27,7 +28,7 @@ pub(super) struct CacheView {
     pub fill_failures: u64,
     pub replaced: u64,
     pub store_errors: u64,
-    pub store: Store,
+    pub store: StoreStats,
     pub origins: Vec<Origin>,
 }
 
@@ -44,50 +45,21 @@ pub(super) struct Requests {
     pub origin_failures: u64,
 }
 
-#[derive(Serialize)]
-pub(super) struct Store {
-    pub objects: u64,
-    pub slices: u64,
-    pub bytes: u64,
-    pub dirs: Vec<Dir>,
-}
-
-#[derive(Serialize)]
-pub(super) struct Dir {
-    pub path: String,
-    pub slices: u64,
-    pub bytes: u64,
-    pub free_bytes: u64,
-    pub writable: bool,
-    pub evictions: u64,
-    pub evicted_bytes: u64,
-    pub damaged_slices: u64,
-    pub unwritable_errors: u64,
-}
-
+/// An origin URL's counters, with its first-byte times as quantiles.
 #[derive(Serialize)]
 pub(super) struct Origin {
-    pub table: usize,
-    pub url: String,
-    pub requests: u64,
-    pub responses_by_class: [u64; 5],
-    pub body_bytes: u64,
-    pub errors: Vec<(&'static str, u64)>,
-    pub open_connections: u64,
+    #[serde(flatten)]
+    pub stats: UrlStats,
     pub first_byte_p50_ms: Option<f64>,
     pub first_byte_p99_ms: Option<f64>,
-    #[serde(skip)]
-    pub stats: UrlStats,
 }
 
-/// The cache's figures, when `[[origin]]` tables are configured.
 pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
     let cache: &Cache = state.cache.as_deref()?;
     let s = &cache.stats;
     let (hit, miss) = (s.hit_bytes.get(), s.miss_bytes.get());
     let served = hit + miss;
     let origin_bytes = s.origin_bytes.get();
-    let st = cache.store.stats();
     Some(CacheView {
         requests: Requests {
             hit: s.hits.get(),
@@ -108,38 +80,12 @@ pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
         fill_failures: s.fill_failures.get(),
         replaced: s.replaced.get(),
         store_errors: s.store_errors.get(),
-        store: Store {
-            objects: st.objects,
-            slices: st.slices,
-            bytes: st.bytes,
-            dirs: st
-                .dirs
-                .iter()
-                .map(|d| Dir {
-                    path: d.path.display().to_string(),
-                    slices: d.slices,
-                    bytes: d.bytes,
-                    free_bytes: d.free_bytes,
-                    writable: d.writable,
-                    evictions: d.evictions,
-                    evicted_bytes: d.evicted_bytes,
-                    damaged_slices: d.damaged_slices,
-                    unwritable_errors: d.unwritable_errors,
-                })
-                .collect(),
-        },
+        store: cache.store.stats(),
         origins: cache
             .origins
             .stats()
             .into_iter()
             .map(|u| Origin {
-                table: u.table,
-                url: u.url.clone(),
-                requests: u.requests,
-                responses_by_class: u.responses_by_class,
-                body_bytes: u.body_bytes,
-                errors: u.errors.clone(),
-                open_connections: u.open_connections,
                 first_byte_p50_ms: quantile_ms(&u, 0.5),
                 first_byte_p99_ms: quantile_ms(&u, 0.99),
                 stats: u,

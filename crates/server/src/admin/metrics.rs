@@ -234,9 +234,9 @@ impl Workers {
             &[(&[], c.store_errors)],
         )?;
         gauge(e, "linerate_cache_objects", "Objects in the slice store.", &[(vec![], c.store.objects as i64)])?;
-        let dirs: Vec<(Vec<(&str, String)>, &super::cache::Dir)> =
-            c.store.dirs.iter().map(|d| (vec![("dir", d.path.clone())], d)).collect();
-        type DirGauge = fn(&super::cache::Dir) -> i64;
+        let dirs: Vec<(Vec<(&str, String)>, &crate::store::DirStats)> =
+            c.store.dirs.iter().map(|d| (vec![("dir", d.path.display().to_string())], d)).collect();
+        type DirGauge = fn(&crate::store::DirStats) -> i64;
         let dir_gauges: [(&str, &str, DirGauge); 4] = [
             ("linerate_cache_slices", "Slices stored, by cache directory.", |d| d.slices as i64),
             ("linerate_cache_store_bytes", "Bytes of slices stored, by cache directory.", |d| d.bytes as i64),
@@ -247,7 +247,7 @@ impl Workers {
             let samples: Vec<(Vec<(&str, String)>, i64)> = dirs.iter().map(|(l, d)| (l.clone(), pick(d))).collect();
             gauge(e, name, help, &samples)?;
         }
-        type DirCounter = fn(&super::cache::Dir) -> u64;
+        type DirCounter = fn(&crate::store::DirStats) -> u64;
         let dir_counters: [(&str, &str, DirCounter); 3] = [
             ("linerate_cache_evictions", "Slices evicted, by cache directory.", |d| d.evictions),
             ("linerate_cache_evicted_bytes", "Bytes evicted, by cache directory.", |d| d.evicted_bytes),
@@ -262,8 +262,11 @@ impl Workers {
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&pick(d), None)?;
             }
         }
-        let origin_labels: Vec<Vec<(&str, String)>> =
-            c.origins.iter().map(|o| vec![("table", o.table.to_string()), ("url", o.url.clone())]).collect();
+        let origin_labels: Vec<Vec<(&str, String)>> = c
+            .origins
+            .iter()
+            .map(|o| vec![("table", o.stats.table.to_string()), ("url", o.stats.url.clone())])
+            .collect();
         let mut m = e.encode_descriptor(
             "linerate_origin_requests",
             "Requests sent to each origin URL.",
@@ -271,7 +274,8 @@ impl Workers {
             MetricType::Counter,
         )?;
         for (l, o) in origin_labels.iter().zip(&c.origins) {
-            m.encode_family(l)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.requests, None)?;
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.stats.requests, None)?;
         }
         let mut m = e.encode_descriptor(
             "linerate_origin_responses",
@@ -280,7 +284,7 @@ impl Workers {
             MetricType::Counter,
         )?;
         for (l, o) in origin_labels.iter().zip(&c.origins) {
-            for (i, n) in o.responses_by_class.iter().enumerate() {
+            for (i, n) in o.stats.responses_by_class.iter().enumerate() {
                 let class = format!("{}xx", i + 1);
                 let mut labels = l.clone();
                 labels.push(("class", class));
@@ -295,7 +299,7 @@ impl Workers {
         )?;
         for (l, o) in origin_labels.iter().zip(&c.origins) {
             m.encode_family(l)?
-                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.body_bytes, None)?;
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&o.stats.body_bytes, None)?;
         }
         let mut m = e.encode_descriptor(
             "linerate_origin_errors",
@@ -304,7 +308,7 @@ impl Workers {
             MetricType::Counter,
         )?;
         for (l, o) in origin_labels.iter().zip(&c.origins) {
-            for (kind, n) in &o.errors {
+            for (kind, n) in &o.stats.errors {
                 let mut labels = l.clone();
                 labels.push(("kind", kind.to_string()));
                 m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
@@ -317,7 +321,7 @@ impl Workers {
             MetricType::Gauge,
         )?;
         for (l, o) in origin_labels.iter().zip(&c.origins) {
-            m.encode_family(l)?.encode_gauge(&(o.open_connections as i64))?;
+            m.encode_family(l)?.encode_gauge(&(o.stats.open_connections as i64))?;
         }
         let mut m = e.encode_descriptor(
             "linerate_origin_first_byte_seconds",

@@ -12,8 +12,9 @@ use super::error::{OriginError, KINDS};
 pub(super) const FIRST_BYTE_SECONDS: &[f64] =
     &[0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
-/// One origin URL's counters, for /metrics and /status.
-#[derive(Clone, Debug, PartialEq)]
+/// One origin URL's counters, for /metrics and /status (which shows the
+/// first-byte times as quantiles, not buckets).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub(crate) struct UrlStats {
     /// Index of the `[[origin]]` table.
     pub table: usize,
@@ -32,8 +33,11 @@ pub(crate) struct UrlStats {
     /// Time from sending the request to its head received: each bucket's own
     /// count (not cumulative, as prometheus-client's `encode_histogram` wants),
     /// the last one `+Inf`.
+    #[serde(skip)]
     pub first_byte_buckets: Vec<(f64, u64)>,
+    #[serde(skip)]
     pub first_byte_sum_secs: f64,
+    #[serde(skip)]
     pub first_byte_count: u64,
 }
 

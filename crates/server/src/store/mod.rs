@@ -172,7 +172,7 @@ pub(crate) enum StoreError {
 }
 
 /// What the store holds, for `/status` and `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct StoreStats {
     pub objects: u64,
     pub slices: u64,
@@ -180,7 +180,7 @@ pub(crate) struct StoreStats {
     pub dirs: Vec<DirStats>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct DirStats {
     pub path: PathBuf,
     pub objects: u64,
