@@ -218,20 +218,7 @@ print(proto, load, server, "%.3f" % j["gbps"], "%.0f" % j["play_delay_ms"]["p50"
       "%.0f" % (served / 1e6), "%.0f" % (read / 1e6))
 PY
     tail -1 "$results" | awk '{ printf "  %-5s %-6s %-9s %7s Gb/s  play delay p50 %s ms p99 %s ms  hot ttfb p99 %s ms  rebuffer %s  errors %s  hit ratio %s  disk %s MB/s  busy %s%%\n", $1, $2, $3, $4, $5, $6, $7, $9, $10, $11, $12, $13 }'
-    python3 - "$work/bench.json" "$quick" <<'PY' || failed=1
-import json, sys
-j = json.load(open(sys.argv[1]))
-kinds = {k: v for k, v in j["errors"].items() if v}
-if kinds:
-    print("           errors by kind: %s; first: %s" % (", ".join("%s %d" % kv for kv in kinds.items()), j["first_error"]))
-# A broken server or set-up, never a result; under --quick's light load, any error.
-bad = [k for k in kinds if sys.argv[2] == "1" or k in ("connect", "status", "protocol", "verify")]
-if bad:
-    print("           FAIL: errors that should not happen: %s" % ", ".join(bad))
-if j["bytes"] <= 0:
-    print("           FAIL: the run served nothing")
-sys.exit(1 if bad or j["bytes"] <= 0 else 0)
-PY
+    bench_checks "$work/bench.json" "$quick" || failed=1
 }
 
 {

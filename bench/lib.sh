@@ -359,3 +359,22 @@ if len(sys.argv) > 5:
         f.write("\n")
 PY
 }
+
+# bench_checks JSON QUICK: prints the errors by kind of a `linerate bench` run's JSON;
+# fails on the ones that mean a broken server or set-up (connect, status, protocol,
+# verify; with QUICK=1, a light smoke load, any error) or a run that served nothing.
+bench_checks() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+kinds = {k: v for k, v in j["errors"].items() if v}
+if kinds:
+    print("           errors by kind: %s; first: %s" % (", ".join("%s %d" % kv for kv in kinds.items()), j["first_error"]))
+bad = [k for k in kinds if sys.argv[2] == "1" or k in ("connect", "status", "protocol", "verify")]
+if bad:
+    print("           FAIL: errors that should not happen: %s" % ", ".join(bad))
+if j["bytes"] <= 0:
+    print("           FAIL: the run served nothing")
+sys.exit(1 if bad or j["bytes"] <= 0 else 0)
+PY
+}

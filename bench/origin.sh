@@ -266,24 +266,6 @@ linerate_ready() {
     fi
 }
 
-# bench_checks JSON: prints the errors by kind; fails on the ones that mean a broken
-# server or set-up (any error under --quick) or a run that served nothing.
-bench_checks() {
-    python3 - "$1" "$quick" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-kinds = {k: v for k, v in j["errors"].items() if v}
-if kinds:
-    print("           errors by kind: %s; first: %s" % (", ".join("%s %d" % kv for kv in kinds.items()), j["first_error"]))
-bad = [k for k in kinds if sys.argv[2] == "1" or k in ("connect", "status", "protocol", "verify")]
-if bad:
-    print("           FAIL: errors that should not happen: %s" % ", ".join(bad))
-if j["bytes"] <= 0:
-    print("           FAIL: the run served nothing")
-sys.exit(1 if bad or j["bytes"] <= 0 else 0)
-PY
-}
-
 # run_bench JSON ARGS...: `linerate bench` against $base, server CPU ticks in `ticks`.
 run_bench() {
     local json=$1 c0
@@ -292,7 +274,7 @@ run_bench() {
     "$bin" bench --base-url "$base" --segment-bytes 2097152 --json "$@" > "$json" ||
         { echo "linerate bench failed" >&2; return 1; }
     ticks=$(( $(tree_ticks "$server_pid") - c0 ))
-    bench_checks "$json" || failed=1
+    bench_checks "$json" "$quick" || failed=1
 }
 
 clk=$(getconf CLK_TCK)
