@@ -84,7 +84,8 @@
 # Usage: bench/origin.sh [--quick] [--servers "linerate nginx"] [--workloads "flash tail
 #          restart hits"] [--rounds N] [--slice-mib 1|2|4|8] [--cache-mib M]
 #          [--title-mib M] [--duration S] [--flash-sessions N] [--flash-mib M]
-#          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--hits-sessions N]
+#          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N]
+#          [--hits-sessions N]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
 #          [--out PATH] [--bin PATH]
 #   defaults: 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
@@ -93,6 +94,8 @@
 #             slices, the origin at 1gbit (tc's units) and 10 ms each way, 2 workers,
 #             the catalogue in /var/tmp/linerate-origin, results in
 #             target/bench-origin.md and .json.
+#   --tail-titles  the tail's catalogue in titles (default: 4 x the cache): another
+#             cache size against the same catalogue.
 #   --quick   one round, a 64 MiB cache (tail: 16 titles), 5 s runs, an 8 MiB flash
 #             title for 8 s (still 500 viewers), 40 tail viewers, 16 hits sessions,
 #             2,000 restart slices: a smoke run (about a minute per server) that
@@ -113,12 +116,12 @@ cd "$(dirname "$0")/.."
 servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
 rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
 flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
-restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0
-parse_flags 2,107 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
+restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles=""
+parse_flags 2,110 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
         hits_sessions=16 restart_slices=2000" \
     --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
     --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
-    --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp \
+    --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles \
     --hits-sessions=hits_sessions --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
     --workers=workers --dir=dir --out=out --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
@@ -129,7 +132,7 @@ done
 for w in $workloads; do
     case "$w" in flash | tail | restart | hits) ;; *) echo "unknown workload: $w (flash tail restart hits)" >&2; exit 2 ;; esac
 done
-tail_titles=$((4 * cache_mib / title_mib))
+[ -n "$tail_titles" ] || tail_titles=$((4 * cache_mib / title_mib))
 [ "$tail_titles" -ge 4 ] || { echo "--cache-mib must be at least --title-mib (the tail needs 4 titles)" >&2; exit 2; }
 hot_titles=$((cache_mib / 2 / title_mib))
 [ "$hot_titles" -ge 1 ] || hot_titles=1
