@@ -54,6 +54,7 @@ pub(super) struct Origin {
     pub first_byte_p99_ms: Option<f64>,
 }
 
+/// The cache's figures, when `[[origin]]` tables are configured.
 pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
     let cache: &Cache = state.cache.as_deref()?;
     let s = &cache.stats;
