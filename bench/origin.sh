@@ -25,7 +25,10 @@
 #            with a HEAD before it plays, which on a cold cache fills the first slice
 #            of every title (nginx turns a HEAD into a GET of the slice): those origin
 #            bytes are reported apart ("discovery MB") and left out of the ratios,
-#            which count what the origin logged once viewers played.
+#            which count what the origin logged once viewers played. The cache
+#            directory's size on disk (`du`, every half second while viewers play:
+#            mean and peak MB) is reported beside it: a server that goes over its
+#            limit between two passes of its eviction holds more than it was given.
 #   restart  the cache filled with --restart-slices objects of 4 KiB, each one slice,
 #            by 32 keep-alive clients; slices of 64 KiB (the least linerate takes)
 #            for both servers. Tiny objects on purpose: what a restart costs grows
@@ -85,7 +88,7 @@
 #          restart hits"] [--rounds N] [--slice-mib 1|2|4|8] [--cache-mib M]
 #          [--title-mib M] [--duration S] [--flash-sessions N] [--flash-mib M]
 #          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N]
-#          [--hits-sessions N]
+#          [--hits-sessions N] [--nginx-cache-mib M]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
 #          [--out PATH] [--bin PATH]
 #   defaults: 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
@@ -96,6 +99,9 @@
 #             target/bench-origin.md and .json.
 #   --tail-titles  the tail's catalogue in titles (default: 4 x the cache): another
 #             cache size against the same catalogue.
+#   --nginx-cache-mib  nginx's max_size (default: --cache-mib), to compare the two at
+#             the same size on disk rather than the same setting (see the tail's
+#             disk columns).
 #   --quick   one round, a 64 MiB cache (tail: 16 titles), 5 s runs, an 8 MiB flash
 #             title for 8 s (still 500 viewers), 40 tail viewers, 16 hits sessions,
 #             2,000 restart slices: a smoke run (about a minute per server) that
@@ -116,13 +122,13 @@ cd "$(dirname "$0")/.."
 servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
 rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
 flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
-restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles=""
+restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib=""
 parse_flags 2,110 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
         hits_sessions=16 restart_slices=2000" \
     --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
     --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
     --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles \
-    --hits-sessions=hits_sessions --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
+    --hits-sessions=hits_sessions --nginx-cache-mib=nginx_cache_mib --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
     --workers=workers --dir=dir --out=out --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 case "$slice_mib" in 1 | 2 | 4 | 8) ;; *) echo "--slice-mib: 1, 2, 4 or 8, not $slice_mib" >&2; exit 2 ;; esac
@@ -138,6 +144,7 @@ hot_titles=$((cache_mib / 2 / title_mib))
 [ "$hot_titles" -ge 1 ] || hot_titles=1
 slice_bytes=$((slice_mib * 1024 * 1024))
 cache_bytes=$((cache_mib * 1024 * 1024))
+nginx_cache_bytes=$(( ${nginx_cache_mib:-$cache_mib} * 1024 * 1024 ))
 restart_slice_bytes=65536
 restart_object_bytes=4096
 # The restart's cache: its slices with room to spare, whatever either server counts
@@ -145,6 +152,8 @@ restart_object_bytes=4096
 restart_cache_bytes=$((restart_slices * restart_slice_bytes))
 [ "$restart_cache_bytes" -ge "$cache_bytes" ] || restart_cache_bytes=$cache_bytes
 has() { [[ " $1 " == *" $2 "* ]]; }
+# cache_of SERVER: the cache size SERVER is given.
+cache_of() { if [ "$1" = nginx ]; then echo "$nginx_cache_bytes"; else echo "$cache_bytes"; fi; }
 
 require_tools nginx curl python3 fincore ip tc
 nginx -V 2>&1 | grep -q -- --with-threads || { echo "nginx is built without threads: no aio threads" >&2; exit 1; }
@@ -287,7 +296,7 @@ failed=0
 run_flash() { # SERVER
     local s=$1 title_bytes=$((flash_mib * 1024 * 1024))
     reset_cache "$s"
-    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    start_cached "$s" "$slice_bytes" "$(cache_of "$s")" || exit 1
     origin_log_clear
     run_bench "$work/flash.json" --files flash1.bin --sessions "$flash_sessions" --ramp $(( (flash_sessions + 1) / 2 )) \
         --duration "$flash_duration" --bitrate-mbps 5 --startup-segments 3 --zipf 0 || exit 1
@@ -309,34 +318,45 @@ PY
 run_tail() { # SERVER
     local s=$1
     reset_cache "$s"
-    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    start_cached "$s" "$slice_bytes" "$(cache_of "$s")" || exit 1
     origin_log_clear
     # When the sessions start, after the bench's HEADs (see the header).
     local port=${base##*:}
     python3 tests/origin/probe.py play-start "${port%/}" --timeout $((duration + 600)) > "$work/play-start" &
     local watcher=$!
     pids+=("$watcher")
+    # The cache directory's size on disk, with the time of each reading.
+    : > "$work/disk"
+    while :; do
+        echo "$(date +%s.%N) $(du -sb "$work/cache-$s" 2>/dev/null | cut -f1)" >> "$work/disk"
+        sleep 0.5
+    done &
+    local sampler=$!
+    pids+=("$sampler")
     run_bench "$work/tail.json" --files "$tail_files" --sessions "$tail_sessions" --ramp "$tail_ramp" \
         --duration "$duration" --bitrate-mbps 5 --startup-segments 3 --zipf 1 || exit 1
-    kill "$watcher" 2>/dev/null || true
-    wait "$watcher" 2>/dev/null || true
+    kill "$watcher" "$sampler" 2>/dev/null || true
+    wait "$watcher" "$sampler" 2>/dev/null || true
     origin_settle
     stop_server
     local t_play
     t_play=$(cat "$work/play-start")
     [ -n "$t_play" ] || { echo "the tail's sessions never connected" >&2; exit 1; }
     python3 - "$work/tail.json" "$s" "$(origin_bytes "" "$t_play")" "$(origin_bytes)" "$ticks" "$clk" \
-        >> "$work/res-tail" <<'PY'
+        "$work/disk" "$t_play" "$(cache_of "$s")" >> "$work/res-tail" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 s, played, total, ticks, clk = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+t_play, limit = float(sys.argv[8]), int(sys.argv[9])
+disk = [int(f[1]) for f in (l.split() for l in open(sys.argv[7])) if len(f) == 2 and float(f[0]) >= t_play]
 served = j["bytes"]
 per = played / served if served else 0
 print(s, "%.3f" % (1 - per), "%.3f" % per, "%.3f" % j["gbps"], j["rebuffers"], "%.5f" % j["rebuffer_ratio"],
       j["errors_total"], "%.0f" % (served / 1e6), "%.0f" % (played / 1e6), "%.0f" % ((total - played) / 1e6),
-      "%.3f" % ((ticks / clk) / max(served / 1e9, 1e-9)))
+      "%.3f" % ((ticks / clk) / max(served / 1e9, 1e-9)), "%.0f" % (limit / 1e6),
+      "%.0f" % (sum(disk) / max(len(disk), 1) / 1e6), "%.0f" % (max(disk, default=0) / 1e6))
 PY
-    tail -1 "$work/res-tail" | awk '{ printf "  tail    %-8s byte hit ratio %s  origin/served %s  %s Gb/s  rebuffers %s (ratio %s)  errors %s  served %s MB  origin %s MB (+%s MB discovery)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
+    tail -1 "$work/res-tail" | awk '{ printf "  tail    %-8s byte hit ratio %s  origin/served %s  %s Gb/s  rebuffers %s (ratio %s)  errors %s  served %s MB  origin %s MB (+%s MB discovery)  limit %s MB, on disk mean %s MB peak %s MB\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $13, $14 }'
 }
 
 run_restart() { # SERVER
@@ -386,7 +406,7 @@ PY
 run_hits() { # SERVER
     local s=$1 hit_ticks
     reset_cache "$s"
-    start_cached "$s" "$slice_bytes" "$cache_bytes" || exit 1
+    start_cached "$s" "$slice_bytes" "$(cache_of "$s")" || exit 1
     tr , '\n' <<< "$hot_files" | sed 's|^|/|' > "$work/hot"
     python3 tests/origin/probe.py fill "$base" "$work/hot" --clients 4 --root "$dir" > /dev/null ||
         { echo "the hits' fill through $s failed" >&2; exit 1; }
@@ -438,7 +458,7 @@ done
 mkdir -p "$(dirname "$out")"
 declare -A head=(
     [flash]="server|origin bytes / title bytes|origin requests|play delay p50 ms|play delay p99 ms|TTFB p99 ms|rebuffers|errors|server CPU-s|server CPU-s/GB|served MB"
-    [tail]="server|byte hit ratio|origin bytes / served byte|Gb/s|rebuffers|rebuffer ratio|errors|served MB|origin MB|discovery origin MB|server CPU-s/GB"
+    [tail]="server|byte hit ratio|origin bytes / served byte|Gb/s|rebuffers|rebuffer ratio|errors|served MB|origin MB|discovery origin MB|server CPU-s/GB|limit MB|on disk mean MB|on disk peak MB"
     [restart]="server|slices|fill s|stop s|first answer s|first HIT s|misses before HIT|sample hit share|sample s|resident MB after eviction"
     [hits]="server|Gb/s|server CPU-s/GB|CPU-s/GB / local|origin requests|errors"
 )
