@@ -60,9 +60,10 @@ static LOG_ONCE_STORE: AtomicBool = AtomicBool::new(false);
 /// What a response's object came from, for the access log and the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CacheStatus {
-    /// Fresh in the store.
+    /// Fresh in the store, and every byte sent was stored.
     Hit,
-    /// Fetched from the origin for this request (or one it joined).
+    /// Fetched from the origin for this request (or one it joined): the object's
+    /// head, or a slice of the body when the head was stored.
     Miss,
     /// Served past its freshness (revalidating in the background, or the origin
     /// failing within `stale-if-error`).
@@ -189,14 +190,9 @@ impl Cache {
             None => self.wait_head(table, key, want, None).await,
         };
         match &opened {
-            Opened::Object { status, meta } => {
-                match status {
-                    CacheStatus::Hit => self.stats.hits.add(1),
-                    CacheStatus::Miss => self.stats.misses.add(1),
-                    CacheStatus::Stale => self.stats.stale.add(1),
-                    CacheStatus::Revalidated => self.stats.revalidated.add(1),
-                    CacheStatus::Pass => self.stats.passes.add(1),
-                }
+            // Counted once the response is sent (`count`): a stored head does
+            // not make a hit of a body the origin had to send.
+            Opened::Object { meta, .. } => {
                 if meta.status != 200 {
                     self.stats.negative_hits.add(1);
                 }
@@ -208,6 +204,23 @@ impl Cache {
             Opened::Status(_) | Opened::Failed(_) => self.stats.origin_failures.add(1),
         }
         opened
+    }
+
+    /// Whether the slice holding byte `offset` of the object `meta` describes is
+    /// stored (a byte past the end needs none).
+    pub(crate) fn has_slice(&self, key: &Key, meta: &ObjectMeta, offset: u64) -> bool {
+        offset >= meta.size || self.store.slice(&key.hash, meta, offset / self.slice_bytes).is_some()
+    }
+
+    /// Counts a response from an object under the status it was logged with.
+    pub(crate) fn count(&self, status: CacheStatus) {
+        match status {
+            CacheStatus::Hit => self.stats.hits.add(1),
+            CacheStatus::Miss => self.stats.misses.add(1),
+            CacheStatus::Stale => self.stats.stale.add(1),
+            CacheStatus::Revalidated => self.stats.revalidated.add(1),
+            CacheStatus::Pass => self.stats.passes.add(1),
+        }
     }
 
     fn passing(&self, key: &KeyHash) -> Option<Uncacheable> {

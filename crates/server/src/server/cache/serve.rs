@@ -144,7 +144,6 @@ impl Cache {
                         self.stats.collapsed.add(1);
                     }
                     follow(io, rx, at - first, Some(upto - first), progress).await?;
-                    progress.filled = true;
                     self.stats.miss_bytes.add(upto - at);
                 }
             }
@@ -181,6 +180,7 @@ pub(crate) async fn follow<T: Transport>(
         if let Some(file) = &state.file {
             let upto = to.map_or(state.written, |t| t.min(state.written));
             if upto > sent {
+                progress.from_origin = true;
                 progress.mark_first_byte();
                 io.send_file(file, sent, upto - sent).await?;
                 sent = upto;

@@ -46,12 +46,37 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let opened = cache.open(table, &key, first_wanted(self.req.range())).await;
         match opened {
             Opened::Object { meta, status } => {
-                self.note_cache(status, started);
-                match Status::from_code(meta.status) {
+                // The head says MISS when the first slice a body needs is not stored.
+                let guess = match status {
+                    CacheStatus::Hit
+                        if self.req.method == Method::Get
+                            && !cache.has_slice(&key, &meta, first_wanted(self.req.range())) =>
+                    {
+                        CacheStatus::Miss
+                    }
+                    s => s,
+                };
+                self.note_cache(guess, started);
+                let sent = match Status::from_code(meta.status) {
                     Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive).await,
                     Some(s) => Ok(self.send_error(s, keep_alive).await?),
                     None => Ok(self.send_error(Status::BadGateway, keep_alive).await?),
+                };
+                // What the log and the counters say: a miss when bytes came from the
+                // origin, else what the head was.
+                match (status, self.ex.progress.from_origin) {
+                    (CacheStatus::Hit, true) => {
+                        self.ex.cache = Some(CacheStatus::Miss);
+                        // To the response's first bytes: the origin's, when the
+                        // first slice sent was the one missing.
+                        let first = self.ex.progress.first_byte.unwrap_or_else(Instant::now);
+                        self.ex.origin_us = Some(micros(first.saturating_duration_since(started)));
+                    }
+                    (CacheStatus::Hit, false) => self.note_cache(CacheStatus::Hit, started),
+                    _ => {}
                 }
+                cache.count(self.ex.cache.unwrap_or(status));
+                sent
             }
             Opened::Pass(_) => {
                 self.note_cache(CacheStatus::Pass, started);
@@ -74,8 +99,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
     /// The cache status and, unless it was a hit, the time the origin took.
     fn note_cache(&mut self, status: CacheStatus, started: Instant) {
         self.ex.cache = Some(status);
-        self.ex.origin_us =
-            (status != CacheStatus::Hit).then(|| u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+        self.ex.origin_us = (status != CacheStatus::Hit).then(|| micros(started.elapsed()));
     }
 
     async fn send_object(
@@ -197,6 +221,10 @@ pub(super) fn raw_fields(head: &[u8], names: &[String]) -> Vec<(String, Vec<u8>)
 
 /// The first byte a Range field asks for (`bytes=N-...`), else 0: on a miss, the
 /// slice holding it is fetched with the object's head.
+fn micros(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
 fn first_wanted(range: Option<&[u8]>) -> u64 {
     let Some(spec) = range.and_then(|r| r.trim_ascii().strip_prefix(b"bytes=")) else { return 0 };
     let first = spec.split(|&b| b == b',' || b == b'-').next().unwrap_or_default().trim_ascii();

@@ -85,6 +85,9 @@ pub(crate) struct Progress {
     pub first_byte: Option<Instant>,
     /// Some window of the response waited for a fill from disk.
     pub filled: bool,
+    /// Some bytes of the response came from a fill from an origin: a slice was not
+    /// stored (a cache miss), whatever the object's head was.
+    pub from_origin: bool,
 }
 
 impl Progress {
