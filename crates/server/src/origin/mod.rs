@@ -7,12 +7,15 @@
 //! `Host` (the URL's host, with `:port` unless it is the scheme's default),
 //! `User-Agent: linerate/<version>`, `Accept-Encoding: identity` (bytes are cached
 //! as the origin stores them), `Range`, `If-None-Match`, `If-Modified-Since`, and
-//! the viewer fields the table's `forward_headers` names. Nothing else.
+//! the viewer fields the table's `forward_headers` names. Nothing else, but for an
+//! S3 table (`[origin.s3]`, see `s3`): the bucket in the path or the host name, the
+//! key encoded as S3 encodes it, and the AWS Signature Version 4 fields.
 //!
 //! **Failover.** [`Origins::fetch`] tries a table's URLs in order. A connect
 //! error, a connect or first-byte timeout, a connection broken before the head,
 //! or a 5xx moves on to the next URL ([`OriginError::fails_over`]); any other
-//! answer (a 404 too) is returned. When every URL failed, the last failure is
+//! answer (a 404 too) is returned, but an S3 table's 401 or 403, which is
+//! [`OriginError::Denied`]. When every URL failed, the last failure is
 //! returned: a 5xx from the last URL is [`OriginError::Status`].
 //!
 //! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
