@@ -291,13 +291,16 @@ impl Origins {
         if due && table.denied_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             let (key, source) = table.s3.as_ref().map(|s| s.key_in_use()).unwrap_or_default();
             let bucket = table.s3.as_ref().map_or("", |s| s.bucket.as_str());
+            let answer = match &e {
+                OriginError::Denied(status, Some(code)) => format!("{status} {code}"),
+                _ => status.to_string(),
+            };
             tracing::error!(
-                "origin[{i}] ({}): {} at {} refused access to bucket `{bucket}` with access key id {key} (from \
-                 {source}): check the credentials, the clock, and the key's right to read the bucket; viewers \
-                 get 502, refusals are counted in linerate_origin_errors{{kind=\"denied\"}} and logged at most \
-                 once every {} s",
+                "origin[{i}] ({}): the S3 server at {} refused access to bucket `{bucket}` with access key id \
+                 {key} (from {source}): {answer}; check the credentials, the clock, and the key's right to read \
+                 the bucket. Viewers get 502; refusals are counted in \
+                 linerate_origin_errors_total{{kind=\"denied\"}} and logged at most once every {} s",
                 table.config.prefix,
-                e,
                 url.text,
                 DENIED_LOG_INTERVAL.as_secs(),
             );
