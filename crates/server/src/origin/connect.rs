@@ -73,7 +73,10 @@ impl Url {
         tls: &Arc<rustls::ClientConfig>,
         trust: Arc<str>,
     ) -> Result<Url, String> {
-        let base = parse_base_url(text)?;
+        let mut base = parse_base_url(text)?;
+        if let Some(s3) = &table.s3 {
+            base = super::s3::bucket_url(&base, s3);
+        }
         let host = HeaderValue::from_str(&host_field(&base)).map_err(|e| format!("{text:?}: bad host: {e}"))?;
         let tls = if base.https {
             let name = ServerName::try_from(bare_host(&base.host).to_string())

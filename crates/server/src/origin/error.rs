@@ -18,6 +18,11 @@ pub(crate) enum OriginError {
     /// The connection broke: reset, or closed before a response head came.
     #[error("connection broken: {0}")]
     Reset(String),
+    /// An S3 origin refused linerate's signed request (401 or 403): wrong or
+    /// expired credentials, a clock too far off, or a key without the right to
+    /// read the bucket. The status and S3's error code, when its body had one.
+    #[error("the S3 origin refused the signed request: {0}{code}", code = .1.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
+    Denied(u16, Option<String>),
     /// The origin broke HTTP: a head over the size limit or unparsable, a bad
     /// `Content-Range`, a body shorter or longer than its `Content-Length`.
     #[error("bad response: {0}")]
@@ -46,7 +51,7 @@ impl fmt::Display for Phase {
 }
 
 /// Every [`OriginError::kind`], in the order [`super::UrlStats::errors`] lists them.
-pub(super) const KINDS: [&str; 5] = ["connect", "timeout", "status", "reset", "bad_response"];
+pub(super) const KINDS: [&str; 6] = ["connect", "timeout", "status", "reset", "bad_response", "denied"];
 
 impl OriginError {
     /// The metric label: one of [`KINDS`].
@@ -61,6 +66,7 @@ impl OriginError {
             OriginError::Status(_) => 2,
             OriginError::Reset(_) => 3,
             OriginError::BadResponse(_) => 4,
+            OriginError::Denied(..) => 5,
         }
     }
 
@@ -69,12 +75,13 @@ impl OriginError {
     /// wrong: no connection, a timeout before the head, a connection broken
     /// before the head (a crashed process behind a load balancer: nginx's
     /// `proxy_next_upstream error`), a 5xx. A malformed response is not retried:
-    /// another copy of the same origin would most likely answer the same.
+    /// another copy of the same origin would most likely answer the same, and so
+    /// would another endpoint of the same bucket to the same signature.
     pub(crate) fn fails_over(&self) -> bool {
         match self {
             OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Status(_) => true,
             OriginError::Timeout(phase) => *phase != Phase::Idle,
-            OriginError::BadResponse(_) => false,
+            OriginError::BadResponse(_) | OriginError::Denied(..) => false,
         }
     }
 }

@@ -7,12 +7,15 @@
 //! `Host` (the URL's host, with `:port` unless it is the scheme's default),
 //! `User-Agent: linerate/<version>`, `Accept-Encoding: identity` (bytes are cached
 //! as the origin stores them), `Range`, `If-None-Match`, `If-Modified-Since`, and
-//! the viewer fields the table's `forward_headers` names. Nothing else.
+//! the viewer fields the table's `forward_headers` names. Nothing else, but for an
+//! S3 table (`[origin.s3]`, see `s3`): the bucket in the path or the host name, the
+//! key encoded as S3 encodes it, and the AWS Signature Version 4 fields.
 //!
 //! **Failover.** [`Origins::fetch`] tries a table's URLs in order. A connect
 //! error, a connect or first-byte timeout, a connection broken before the head,
 //! or a 5xx moves on to the next URL ([`OriginError::fails_over`]); any other
-//! answer (a 404 too) is returned. When every URL failed, the last failure is
+//! answer (a 404 too) is returned, but an S3 table's 401 or 403, which is
+//! [`OriginError::Denied`]. When every URL failed, the last failure is
 //! returned: a 5xx from the last URL is [`OriginError::Status`].
 //!
 //! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
@@ -45,21 +48,23 @@ mod error;
 mod request;
 mod response;
 mod runtime;
+mod s3;
 mod stats;
 mod stream;
 #[cfg(test)]
 mod tests;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::anyhow;
 
 pub(crate) use self::{
     connect::HEAD_LIMIT_BYTES,
     error::{OriginError, Phase},
-    request::OriginRequest,
+    request::{OriginRequest, PathEncoding},
     response::OriginResponse,
     stats::UrlStats,
 };
@@ -71,17 +76,31 @@ use runtime::Runtime;
 /// [`IDLE_CONNECTION_SECS`] and that plus this after its last use.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// An S3 table's refusals (wrong credentials) are logged at most once in this
+/// long; every one is counted.
+pub(crate) const DENIED_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The most of an S3 refusal's body read for its error code.
+const DENIED_BODY_BYTES: usize = 8 * 1024;
+
 /// The origin client of every `[[origin]]` table, and the threads it runs on.
 pub(crate) struct Origins {
     tables: Vec<Table>,
     /// Table indexes, longest prefix first.
     by_prefix: Vec<usize>,
     runtime: Runtime,
+    /// When the client started: the clock of [`Table::denied_logged`].
+    started: Instant,
 }
 
 struct Table {
     config: crate::config::Origin,
     urls: Vec<Arc<Url>>,
+    /// The signer of an S3 table.
+    s3: Option<s3::Signer>,
+    /// When a refusal of this S3 table was last logged, in milliseconds since
+    /// [`Origins::started`] plus one (0: never).
+    denied_logged: AtomicU64,
 }
 
 impl Origins {
@@ -91,9 +110,14 @@ impl Origins {
     /// network themselves (they await channels fed from here). TLS: certificate
     /// verification always on; roots = the system's (`rustls-native-certs`), or
     /// only the certificates in the table's `ca_file` when set; SNI and Host are
-    /// the origin URL's host, never the viewer's. Errors name the table's key
-    /// (`origin[1].ca_file: ...`).
-    pub(crate) fn start(tables: &[crate::config::Origin], threads: usize) -> anyhow::Result<Arc<Origins>> {
+    /// the origin URL's host, never the viewer's. `credentials` are the S3
+    /// tables' (by table index, as `Config::s3_credentials` read them). Errors
+    /// name the table's key (`origin[1].ca_file: ...`).
+    pub(crate) fn start(
+        tables: &[crate::config::Origin],
+        credentials: &[Option<Arc<crate::config::S3Credentials>>],
+        threads: usize,
+    ) -> anyhow::Result<Arc<Origins>> {
         let mut system_roots = None;
         let mut built = Vec::with_capacity(tables.len());
         for (i, config) in tables.iter().enumerate() {
@@ -113,7 +137,12 @@ impl Origins {
                         .map_err(|e| anyhow!("origin[{i}].urls[{j}]: {e}"))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            built.push(Table { config: config.clone(), urls });
+            let s3 = match (&config.s3, credentials.get(i).cloned().flatten()) {
+                (None, _) => None,
+                (Some(s3), Some(c)) => Some(s3::Signer::new(s3, c)),
+                (Some(_), None) => return Err(anyhow!("origin[{i}].s3: no credentials were read for it")),
+            };
+            built.push(Table { config: config.clone(), urls, s3, denied_logged: AtomicU64::new(0) });
         }
         let mut by_prefix: Vec<usize> = (0..built.len()).collect();
         by_prefix.sort_by_key(|&i| std::cmp::Reverse(built[i].config.prefix.len()));
@@ -127,7 +156,18 @@ impl Origins {
                 all.iter().for_each(|url| url.sweep());
             }
         });
-        Ok(Arc::new(Origins { tables: built, by_prefix, runtime }))
+        Ok(Arc::new(Origins { tables: built, by_prefix, runtime, started: Instant::now() }))
+    }
+
+    /// The S3 tables' credentials as a reload read them again (by table index;
+    /// the tables themselves change only at a restart). Requests signed from
+    /// now on use them.
+    pub(crate) fn set_credentials(&self, credentials: &[Option<Arc<crate::config::S3Credentials>>]) {
+        for (t, c) in self.tables.iter().zip(credentials) {
+            if let (Some(signer), Some(c)) = (&t.s3, c) {
+                signer.set_credentials(c.clone());
+            }
+        }
     }
 
     /// The table whose prefix is the longest prefix of `path` (a normalised
@@ -172,10 +212,13 @@ impl Origins {
                         first_byte,
                         t.config.idle_timeout,
                     );
-                    if status < 500 {
+                    if t.s3.is_some() && matches!(status, 401 | 403) {
+                        self.denied(table, t, url, response).await
+                    } else if status < 500 {
                         return Ok(response);
+                    } else {
+                        OriginError::Status(status)
                     }
-                    OriginError::Status(status)
                 }
                 Err(e) => e,
             };
@@ -204,8 +247,13 @@ impl Origins {
                 None => (url.connect(config.connect_timeout).await?, false),
             };
             // Unreachable in practice: the target is percent-encoded byte by byte.
-            let request =
-                req.build(&url.base.path, &url.host, &config.forward_headers).map_err(OriginError::BadResponse)?;
+            let encoding = if table.s3.is_some() { PathEncoding::S3 } else { PathEncoding::Http };
+            let mut request = req
+                .build(&url.base.path, &url.host, &config.forward_headers, encoding)
+                .map_err(OriginError::BadResponse)?;
+            if let Some(signer) = &table.s3 {
+                signer.sign(&mut request, SystemTime::now()).map_err(OriginError::BadResponse)?;
+            }
             let sent = Instant::now();
             let head = tokio::time::timeout(config.first_byte_timeout, async {
                 conn.sender.ready().await?;
@@ -221,6 +269,43 @@ impl Origins {
                 Ok(Err(e)) => return Err(head_error(&e)),
             }
         }
+    }
+
+    /// An S3 table's 401 or 403: the error, its code read from the body, and a
+    /// log line naming the table, the endpoint, the bucket and the access key id
+    /// (never the secret), at most once per [`DENIED_LOG_INTERVAL`] per table.
+    async fn denied(&self, i: usize, table: &Table, url: &Url, mut response: OriginResponse) -> OriginError {
+        let status = response.status;
+        let mut body = Vec::new();
+        while body.len() < DENIED_BODY_BYTES {
+            match response.chunk().await {
+                Ok(Some(piece)) => body.extend_from_slice(&piece),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let code = s3::error_code(&body).map(str::to_string);
+        let e = OriginError::Denied(status, code);
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX).saturating_add(1);
+        let last = table.denied_logged.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= DENIED_LOG_INTERVAL.as_millis() as u64;
+        if due && table.denied_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            let (key, source) = table.s3.as_ref().map(|s| s.key_in_use()).unwrap_or_default();
+            let bucket = table.s3.as_ref().map_or("", |s| s.bucket.as_str());
+            let answer = match &e {
+                OriginError::Denied(status, Some(code)) => format!("{status} {code}"),
+                _ => status.to_string(),
+            };
+            tracing::error!(
+                "origin[{i}] ({}): the S3 server at {} refused access to bucket `{bucket}` with access key id \
+                 {key} (from {source}): {answer}; check the credentials, the clock, and the key's right to read \
+                 the bucket. Viewers get 502; refusals are counted in \
+                 linerate_origin_errors_total{{kind=\"denied\"}} and logged at most once every {} s",
+                table.config.prefix,
+                url.text,
+                DENIED_LOG_INTERVAL.as_secs(),
+            );
+        }
+        e
     }
 
     /// Per origin URL: counters for /metrics and /status.

@@ -39,6 +39,16 @@ pub(crate) struct OriginRequest {
     pub forwarded: Vec<(String, Vec<u8>)>,
 }
 
+/// How the path of a request is percent-encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PathEncoding {
+    /// All but RFC 3986's `pchar` and `/`.
+    Http,
+    /// All but `A-Za-z0-9-._~` and `/`: how S3 encodes a key in the request it
+    /// signs, so the path is sent as it is signed.
+    S3,
+}
+
 /// The `Host` field for a base URL: its host, with `:port` unless the port is
 /// the scheme's default.
 pub(super) fn host_field(base: &BaseUrl) -> String {
@@ -53,16 +63,26 @@ pub(super) fn host_field(base: &BaseUrl) -> String {
 impl OriginRequest {
     /// The `http` request for one URL: `base_path` (the URL's path, ending in
     /// `/`) followed by [`OriginRequest::path`], `host` from [`host_field`], and
-    /// the viewer fields `forward` (the table's `forward_headers`) allows.
+    /// the viewer fields `forward` (the table's `forward_headers`) allows; the
+    /// path encoded as `encoding` says.
     pub(super) fn build(
         &self,
         base_path: &str,
         host: &HeaderValue,
         forward: &[String],
+        encoding: PathEncoding,
     ) -> Result<http::Request<Empty<Bytes>>, String> {
         let mut target = Vec::with_capacity(base_path.len() + self.path.len() + 16);
         target.extend_from_slice(base_path.as_bytes());
-        encode_target(&self.path, self.query.as_deref(), &mut target);
+        match encoding {
+            PathEncoding::Http => encode_target(&self.path, self.query.as_deref(), &mut target),
+            PathEncoding::S3 => {
+                for &b in &self.path {
+                    push_encoded(b, crate::config::is_s3_path_byte(b), &mut target);
+                }
+                // An S3 table has no key_args: no query to send (configuration).
+            }
+        }
         let uri = http::Uri::from_maybe_shared(Bytes::from(target))
             .map_err(|e| format!("cannot build a request target from {:?}: {e}", self.path.escape_ascii()))?;
         let method = if self.head { http::Method::HEAD } else { http::Method::GET };
@@ -171,12 +191,22 @@ mod tests {
     }
 
     #[test]
+    fn s3_paths_encode_all_but_unreserved_bytes() {
+        let req =
+            OriginRequest { path: "a(1)/b c+d=é~_.-!*'@:,$&;.mp4".as_bytes().to_vec(), ..OriginRequest::default() };
+        let built = req.build("/bucket/", &HeaderValue::from_static("h"), &[], PathEncoding::S3).unwrap();
+        assert_eq!(built.uri(), "/bucket/a%281%29/b%20c%2Bd%3D%C3%A9~_.-%21%2A%27%40%3A%2C%24%26%3B.mp4");
+    }
+
+    #[test]
     fn every_byte_makes_a_valid_target() {
         for b in 0..=255u8 {
             for (path, query) in [(vec![b], None), (b"a".to_vec(), Some(vec![b]))] {
                 let req = OriginRequest { path, query, ..OriginRequest::default() };
                 let host = HeaderValue::from_static("h");
-                assert!(req.build("/base/", &host, &[]).is_ok(), "byte {b:#x}");
+                for encoding in [PathEncoding::Http, PathEncoding::S3] {
+                    assert!(req.build("/base/", &host, &[], encoding).is_ok(), "byte {b:#x}");
+                }
             }
         }
     }
@@ -204,7 +234,7 @@ mod tests {
             ..OriginRequest::default()
         };
         let allowed = ["X-Request-Id".to_string(), "User-Agent".to_string(), "X-Bad".to_string()];
-        let built = req.build("/", &HeaderValue::from_static("h"), &allowed).unwrap();
+        let built = req.build("/", &HeaderValue::from_static("h"), &allowed, PathEncoding::Http).unwrap();
         let h = built.headers();
         assert_eq!(h["x-request-id"], "1");
         assert!(h.get("cookie").is_none());

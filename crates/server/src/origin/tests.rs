@@ -210,7 +210,7 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 fn route_picks_the_longest_prefix_and_returns_the_rest() {
     let url = vec!["http://127.0.0.1:1/".to_string()];
     let tables = [table("/vod/", &url), table("/vod/live/", &url), table("/a/", &url)];
-    let origins = Origins::start(&tables, 1).unwrap();
+    let origins = Origins::start(&tables, &[], 1).unwrap();
     assert_eq!(origins.route(b"/vod/a/b.mp4"), Some((0, &b"a/b.mp4"[..])));
     assert_eq!(origins.route(b"/vod/live/x.ts"), Some((1, &b"x.ts"[..])));
     assert_eq!(origins.route(b"/vod/livex.ts"), Some((0, &b"livex.ts"[..])));
@@ -222,7 +222,7 @@ fn route_picks_the_longest_prefix_and_returns_the_rest() {
 
 #[test]
 fn tasks_run_on_the_named_origin_threads() {
-    let origins = Origins::start(&[], 2).unwrap();
+    let origins = Origins::start(&[], &[], 2).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     for _ in 0..4 {
         let tx = tx.clone();
@@ -244,7 +244,7 @@ async fn the_request_carries_exactly_linerates_fields() {
     .await;
     let mut t = table("/vod/", &[format!("{}media/", server.url())]);
     t.forward_headers = vec!["X-Request-Id".into()];
-    let origins = Origins::start(&[t], 1).unwrap();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
     let req = OriginRequest {
         head: false,
         path: "a b/é.mp4".as_bytes().to_vec(),
@@ -291,7 +291,7 @@ async fn the_request_carries_exactly_linerates_fields() {
 #[tokio::test]
 async fn fails_over_on_a_refused_connection() {
     let server = Server::start(|_| Reply::Keep(ok("second"))).await;
-    let origins = Origins::start(&[table("/v/", &[refused_url(), server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/v/", &[refused_url(), server.url()])], &[], 1).unwrap();
     let got = fetch(&origins, 0, get("a")).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..]), (200, 1, &b"second"[..]));
     let stats = origins.stats();
@@ -306,7 +306,7 @@ async fn fails_over_on_a_5xx_and_returns_the_last_one() {
     let busy = Server::start(|_| Reply::Keep(response("HTTP/1.1 503 Busy\r\nContent-Length: 4", "busy"))).await;
     let fine = Server::start(|_| Reply::Keep(ok("fine"))).await;
     let tables = [table("/a/", &[busy.url(), fine.url()]), table("/b/", &[busy.url(), busy.url()])];
-    let origins = Origins::start(&tables, 1).unwrap();
+    let origins = Origins::start(&tables, &[], 1).unwrap();
     let got = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..]), (200, 1, &b"fine"[..]));
     let e = fetch(&origins, 1, get("x")).await.err().unwrap();
@@ -323,7 +323,7 @@ async fn fails_over_on_a_first_byte_timeout() {
     let fine = Server::start(|_| Reply::Keep(ok("fine"))).await;
     let mut t = table("/a/", &[silent.url(), fine.url()]);
     t.first_byte_timeout = ms(200);
-    let origins = Origins::start(&[t], 1).unwrap();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
     let started = Instant::now();
     let got = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!((got.status, got.url), (200, 1));
@@ -336,7 +336,7 @@ async fn fails_over_on_a_first_byte_timeout() {
 async fn a_404_is_returned_without_failover() {
     let missing = Server::start(|_| Reply::Keep(response("HTTP/1.1 404 Not Found\r\nContent-Length: 0", ""))).await;
     let other = Server::start(|_| Reply::Keep(ok("other"))).await;
-    let origins = Origins::start(&[table("/a/", &[missing.url(), other.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[missing.url(), other.url()])], &[], 1).unwrap();
     let got = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!((got.status, got.url), (404, 0));
     assert_eq!(other.accepts(), 0);
@@ -347,7 +347,7 @@ async fn a_404_is_returned_without_failover() {
 async fn a_body_that_stalls_times_out() {
     let server =
         Server::start(|_| Reply::Stall(response("HTTP/1.1 200 OK\r\nContent-Length: 100", "0123456789"))).await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     let started = Instant::now();
     let got = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!(got.body, b"0123456789");
@@ -365,7 +365,7 @@ async fn a_body_shorter_or_longer_than_its_content_length_fails() {
         _ => Reply::Keep(response("HTTP/1.1 200 OK\r\nContent-Length: 5", "0123456789")),
     })
     .await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     let short = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!(short.body, b"0123456789");
     match short.end {
@@ -385,7 +385,7 @@ async fn a_body_shorter_or_longer_than_its_content_length_fails() {
 async fn a_head_over_64_kib_is_refused() {
     let big = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 0", "a".repeat(HEAD_LIMIT_BYTES));
     let server = Server::start(move |_| Reply::Keep(response(&big, ""))).await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     let e = fetch(&origins, 0, get("x")).await.err().unwrap();
     assert!(matches!(e, OriginError::BadResponse(_)), "{e:?}");
     assert!(e.to_string().contains("too large"), "{e}");
@@ -405,7 +405,7 @@ async fn content_range_of_a_206_is_checked() {
         )),
     })
     .await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     let got = fetch(&origins, 0, OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
     assert_eq!(got.content_range, Ok(Some(ContentRange { first: Some((2, 3)), total: Some(10) })));
     let got = fetch(&origins, 0, OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
@@ -421,7 +421,7 @@ async fn a_refused_answer_counts_as_a_bad_response_and_closes_its_connection() {
         Reply::Keep(response("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4-5/10\r\nContent-Length: 2", "ab"))
     })
     .await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     for _ in 0..2 {
         on_origin(&origins, |o| async move {
             let mut r = o.fetch(0, &OriginRequest { range: Some((2, 3)), ..get("x") }).await.unwrap();
@@ -441,7 +441,7 @@ async fn keep_alive_reuses_one_connection_until_the_origin_closes_it() {
         _ => Reply::Close(ok("two")),
     })
     .await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     assert_eq!(fetch(&origins, 0, get("1")).await.unwrap().body, b"one");
     assert_eq!(origins.stats()[0].open_connections, 1, "kept open, idle");
     assert_eq!(origins.tables[0].urls[0].idle_count(), 1);
@@ -458,7 +458,7 @@ async fn no_idle_connection_is_kept_when_max_idle_is_zero() {
     let server = Server::start(|_| Reply::Keep(ok("x"))).await;
     let mut t = table("/a/", &[server.url()]);
     t.max_idle_connections = 0;
-    let origins = Origins::start(&[t], 1).unwrap();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
     fetch(&origins, 0, get("1")).await.unwrap();
     fetch(&origins, 0, get("2")).await.unwrap();
     assert_eq!(server.accepts(), 2);
@@ -468,7 +468,7 @@ async fn no_idle_connection_is_kept_when_max_idle_is_zero() {
 #[tokio::test]
 async fn an_idle_connection_is_closed_once_expired() {
     let server = Server::start(|_| Reply::Keep(ok("x"))).await;
-    let origins = Origins::start(&[table("/a/", &[server.url()])], 1).unwrap();
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 1).unwrap();
     fetch(&origins, 0, get("1")).await.unwrap();
     let url = &origins.tables[0].urls[0];
     url.sweep();
@@ -570,7 +570,7 @@ async fn https_verifies_against_the_ca_file() {
     let (port, server) = tls_server(chain, key, body.clone());
     let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
     t.ca_file = Some(dir.path().join("good.pem"));
-    let origins = Origins::start(&[t], 1).unwrap();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
     let got = fetch(&origins, 0, get("x")).await.unwrap();
     assert_eq!((got.status, got.body == body.as_bytes(), got.end.is_ok()), (200, true, true));
     let (sni, head) = server.join().unwrap().unwrap();
@@ -582,7 +582,7 @@ async fn https_verifies_against_the_ca_file() {
     let (port, server) = tls_server(chain, key, "ok".into());
     let mut t = table("/a/", &[format!("https://localhost:{port}/")]);
     t.ca_file = Some(dir.path().join("other.pem"));
-    let origins = Origins::start(&[table("/b/", &[refused_url()]), t], 1).unwrap();
+    let origins = Origins::start(&[table("/b/", &[refused_url()]), t], &[], 1).unwrap();
     match fetch(&origins, 1, get("x")).await.err().unwrap() {
         OriginError::Connect(e) => {
             assert!(e.contains("not trusted"), "{e}");
@@ -599,11 +599,11 @@ fn ca_file_problems_name_the_key() {
     let url = vec!["https://localhost:1/".to_string()];
     let mut t = table("/b/", &url);
     t.ca_file = Some(dir.path().join("missing.pem"));
-    let e = Origins::start(&[table("/a/", &url), t.clone()], 1).err().unwrap().to_string();
+    let e = Origins::start(&[table("/a/", &url), t.clone()], &[], 1).err().unwrap().to_string();
     assert!(e.starts_with("origin[1].ca_file: ") && e.contains("cannot read"), "{e}");
     std::fs::write(dir.path().join("empty.pem"), "").unwrap();
     t.ca_file = Some(dir.path().join("empty.pem"));
-    let e = Origins::start(&[t], 1).err().unwrap().to_string();
+    let e = Origins::start(&[t], &[], 1).err().unwrap().to_string();
     assert!(e.starts_with("origin[0].ca_file: ") && e.contains("contains no certificate"), "{e}");
 }
 
@@ -615,8 +615,65 @@ fn error_kinds_are_the_metric_labels() {
         OriginError::Status(502),
         OriginError::Reset(String::new()),
         OriginError::BadResponse(String::new()),
+        OriginError::Denied(403, None),
     ];
     assert_eq!(all.iter().map(OriginError::kind).collect::<Vec<_>>(), KINDS);
     assert!(!OriginError::Timeout(Phase::Idle).fails_over());
     assert!(OriginError::Timeout(Phase::FirstByte).fails_over());
+    assert!(!OriginError::Denied(403, None).fails_over());
+}
+
+fn s3_table(prefix: &str, urls: &[String]) -> (Origin, Arc<crate::config::S3Credentials>) {
+    let mut t = table(prefix, urls);
+    t.s3 = Some(toml::from_str("bucket = \"media\"\nregion = \"us-east-1\"").unwrap());
+    let c = crate::config::S3Credentials {
+        access_key_id: "AKIDTEST".into(),
+        secret_access_key: crate::config::Secret("NOT-SHOWN-SECRET".into()),
+        session_token: None,
+        source: "a test".into(),
+    };
+    (t, Arc::new(c))
+}
+
+#[tokio::test]
+async fn s3_requests_are_signed_path_style() {
+    let server = Server::start(|_| Reply::Keep(ok("object"))).await;
+    let (t, c) = s3_table("/s3/", &[server.url()]);
+    let origins = Origins::start(&[t], &[Some(c)], 1).unwrap();
+    let req = OriginRequest { range: Some((0, 5)), ..get("dir/a b.mp4") };
+    let got = fetch(&origins, 0, req).await.unwrap();
+    assert_eq!((got.status, &got.body[..]), (200, &b"object"[..]));
+    let head = server.heads.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(head.starts_with("get /media/dir/a%20b.mp4 http/1.1\r\n"), "{head}");
+    assert!(head.contains("\r\nx-amz-content-sha256: unsigned-payload\r\n"), "{head}");
+    assert!(head.contains("\r\nx-amz-date: "), "{head}");
+    assert!(head.contains("\r\nauthorization: aws4-hmac-sha256 credential=akidtest/"), "{head}");
+    assert!(head.contains("signedheaders=accept-encoding;host;range;x-amz-content-sha256;x-amz-date,"), "{head}");
+    assert!(!head.contains("not-shown-secret"), "{head}");
+}
+
+#[tokio::test]
+async fn an_s3_refusal_is_denied_counted_and_not_passed_on() {
+    let body = "<?xml version=\"1.0\"?><Error><Code>InvalidAccessKeyId</Code></Error>";
+    let denied = response(
+        &format!("HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: {}", body.len()),
+        body,
+    );
+    let server = Server::start(move |_| Reply::Keep(denied.clone())).await;
+    let (t, c) = s3_table("/s3/", &[server.url()]);
+    let plain = table("/plain/", &[server.url()]);
+    let origins = Origins::start(&[t, plain], &[Some(c), None], 1).unwrap();
+    for _ in 0..3 {
+        match fetch(&origins, 0, get("a.mp4")).await {
+            Err(OriginError::Denied(403, Some(code))) => assert_eq!(code, "InvalidAccessKeyId"),
+            other => panic!("{:?}", other.map(|f| f.status)),
+        }
+    }
+    assert_eq!(errors(&origins.stats()[0], "denied"), 3, "every refusal is counted");
+    // A plain origin's 403 is an answer like any other: passed on.
+    assert_eq!(fetch(&origins, 1, get("a.mp4")).await.unwrap().status, 403);
+    assert_eq!(errors(&origins.stats()[1], "denied"), 0);
+    let logged = origins.tables[0].denied_logged.load(Ordering::Relaxed);
+    assert!(logged > 0, "the first refusal was logged");
+    assert!(Origins::start(&[s3_table("/s3/", &[server.url()]).0], &[], 1).is_err(), "no credentials, no start");
 }

@@ -20,8 +20,9 @@ pub(crate) enum Uncacheable {
     NoStore,
     /// It sets a cookie: what the origin gave one requester is not for every viewer.
     SetCookie,
-    /// It varies on a request field other than `Accept-Encoding`: one stored copy
-    /// could not answer every viewer.
+    /// It varies on a viewer's field the table forwards to the origin
+    /// (`forward_headers`), or on everything (`Vary: *`): one stored copy could
+    /// not answer every viewer.
     Vary,
     /// No length, so it cannot be cut into slices.
     NoLength,
@@ -31,7 +32,13 @@ pub(crate) enum Uncacheable {
 }
 
 /// Whether a response may be stored for every viewer; `Err` says why not.
-pub(super) fn storable(headers: &HeaderMap, now_secs: i64) -> Result<(), Uncacheable> {
+///
+/// `Vary` splits nothing unless it names a field of the viewer's that reaches
+/// the origin (one of `forwarded`, the table's `forward_headers`) or is `*`: every
+/// other field of an origin request is linerate's own, the same for every
+/// viewer, so what the origin chose by it suits them all. (S3 servers answer
+/// with `Vary: Origin` for CORS; linerate never sends `Origin` unless told to.)
+pub(super) fn storable(headers: &HeaderMap, now_secs: i64, forwarded: &[String]) -> Result<(), Uncacheable> {
     if freshness(headers, now_secs).no_store {
         return Err(Uncacheable::NoStore);
     }
@@ -43,7 +50,7 @@ pub(super) fn storable(headers: &HeaderMap, now_secs: i64) -> Result<(), Uncache
             .as_bytes()
             .split(|&b| b == b',')
             .map(<[u8]>::trim_ascii)
-            .any(|f| !f.is_empty() && !f.eq_ignore_ascii_case(b"accept-encoding"));
+            .any(|f| f == b"*" || forwarded.iter().any(|h| f.eq_ignore_ascii_case(h.as_bytes())));
         if other {
             return Err(Uncacheable::Vary);
         }
@@ -172,11 +179,18 @@ mod tests {
 
     #[test]
     fn cookies_vary_and_no_store_are_not_stored() {
-        assert_eq!(storable(&headers(&[("vary", "Accept-Encoding")]), 0), Ok(()));
-        assert_eq!(storable(&headers(&[("vary", "accept-encoding, Cookie")]), 0), Err(Uncacheable::Vary));
-        assert_eq!(storable(&headers(&[("set-cookie", "a=b")]), 0), Err(Uncacheable::SetCookie));
+        let none: &[String] = &[];
+        let cookie = &["Cookie".to_string()];
+        assert_eq!(storable(&headers(&[("vary", "Accept-Encoding")]), 0, none), Ok(()));
+        assert_eq!(storable(&headers(&[("vary", "accept-encoding, Cookie")]), 0, cookie), Err(Uncacheable::Vary));
+        assert_eq!(storable(&headers(&[("vary", "Origin"), ("vary", "cookie")]), 0, cookie), Err(Uncacheable::Vary));
+        assert_eq!(storable(&headers(&[("vary", "*")]), 0, none), Err(Uncacheable::Vary));
+        // Fields the origin never sees from a viewer split nothing.
+        assert_eq!(storable(&headers(&[("vary", "Origin, Cookie, User-Agent")]), 0, none), Ok(()));
+        assert_eq!(storable(&headers(&[("vary", "Origin")]), 0, cookie), Ok(()));
+        assert_eq!(storable(&headers(&[("set-cookie", "a=b")]), 0, none), Err(Uncacheable::SetCookie));
         assert_eq!(
-            storable(&headers(&[("cache-control", "public"), ("cache-control", "private")]), 0),
+            storable(&headers(&[("cache-control", "public"), ("cache-control", "private")]), 0, none),
             Err(Uncacheable::NoStore)
         );
     }

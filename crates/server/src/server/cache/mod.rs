@@ -15,7 +15,7 @@
 //!    without a refetch), in the background within `stale-while-revalidate`, or
 //!    served stale within `stale-if-error` when the origin fails. 404 and 410 are
 //!    kept for `negative_ttl`. A response that may not be stored for every viewer
-//!    (`no-store`, `private`, `Set-Cookie`, `Vary` other than `Accept-Encoding`, no
+//!    (`no-store`, `private`, `Set-Cookie`, `Vary` on a forwarded field or `*`, no
 //!    length) is passed through to each viewer by a request of its own (`pass`).
 //! 3. **Slices** (`fill`, `serve`): the viewer's ranges map onto aligned slices of
 //!    `cache.slice_bytes`. A stored slice is a file, sent exactly as local content
@@ -324,7 +324,7 @@ impl Cache {
                 let Some(total) = cr.total else {
                     return Opened::Pass(Uncacheable::NoLength);
                 };
-                if let Err(why) = storable(&response.headers, now) {
+                if let Err(why) = storable(&response.headers, now, &t.forward_headers) {
                     return Opened::Pass(why);
                 }
                 let m = object_meta(&key.text, 200, total, &response.headers, now, t);
@@ -338,7 +338,7 @@ impl Cache {
                 (m, body)
             }
             200 => {
-                if let Err(why) = storable(&response.headers, now) {
+                if let Err(why) = storable(&response.headers, now, &t.forward_headers) {
                     return Opened::Pass(why);
                 }
                 let len = meta::field(&response.headers, http::header::CONTENT_LENGTH)

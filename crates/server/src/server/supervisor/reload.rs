@@ -33,6 +33,11 @@ impl Running {
                         break;
                     }
                 }
+                if let (Some(cache), Ok(credentials)) = (&self.admin_state.cache, new.config.s3_credentials()) {
+                    // Read by `load` (from the running tables' files, or the
+                    // environment): a rotated key is used from now on.
+                    cache.origins.set_credentials(&credentials);
+                }
                 *self.admin_state.certificates.lock().unwrap_or_else(|e| e.into_inner()) = certificates_of(&new);
                 self.current = new;
                 self.admin_state.reloads.fetch_add(1, Ordering::Relaxed);
@@ -104,6 +109,9 @@ fn load(
         config.origin = running.origin.clone();
         config.cache = running.cache.clone();
     }
+    // The S3 origins' credentials are read again at every reload, from the files
+    // (or the environment) of the tables that run.
+    config.s3_credentials().map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
     if config.pid_file != running.pid_file {
         tracing::warn!("`pid_file` changes take effect at restart");
         config.pid_file = running.pid_file.clone();

@@ -304,7 +304,8 @@ fn start_cache(config: &Config, fill: Option<&Arc<FillPool>>, domains: usize) ->
         dirs = config.cache.dirs.len(),
         "cache store open"
     );
-    let origins = crate::origin::Origins::start(&config.origin, domains.max(2))?;
+    let credentials = config.s3_credentials().map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
+    let origins = crate::origin::Origins::start(&config.origin, &credentials, domains.max(2))?;
     Ok(Some(Cache::new(origins, store)))
 }
 
