@@ -88,7 +88,7 @@
 #          restart hits"] [--rounds N] [--slice-mib 1|2|4|8] [--cache-mib M]
 #          [--title-mib M] [--duration S] [--flash-sessions N] [--flash-mib M]
 #          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N]
-#          [--hits-sessions N] [--nginx-cache-mib M]
+#          [--hits-sessions N] [--nginx-cache-mib M] [--access-log FILE]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
 #          [--out PATH] [--bin PATH]
 #   defaults: 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
@@ -99,6 +99,9 @@
 #             target/bench-origin.md and .json.
 #   --tail-titles  the tail's catalogue in titles (default: 4 x the cache): another
 #             cache size against the same catalogue.
+#   --access-log FILE  linerate's JSON access log of its last tail run kept as FILE,
+#             for bench/cache-model.py (eviction rules replayed on those requests);
+#             the log costs linerate CPU in every workload: not for CPU figures.
 #   --nginx-cache-mib  nginx's max_size (default: --cache-mib), to compare the two at
 #             the same size on disk rather than the same setting (see the tail's
 #             disk columns).
@@ -122,13 +125,13 @@ cd "$(dirname "$0")/.."
 servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
 rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
 flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
-restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib=""
+restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib="" access_log=""
 parse_flags 2,110 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
         hits_sessions=16 restart_slices=2000" \
     --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
     --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
     --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles \
-    --hits-sessions=hits_sessions --nginx-cache-mib=nginx_cache_mib --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
+    --hits-sessions=hits_sessions --nginx-cache-mib=nginx_cache_mib --access-log=access_log --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
     --workers=workers --dir=dir --out=out --bin=bin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 case "$slice_mib" in 1 | 2 | 4 | 8) ;; *) echo "--slice-mib: 1, 2, 4 or 8, not $slice_mib" >&2; exit 2 ;; esac
@@ -245,6 +248,7 @@ slice_bytes = $1
 path = "$work/cache-linerate"
 max_size_bytes = $2
 EOF
+    [ -z "$access_log" ] || printf '\n[access_log]\npath = "%s"\n' "$work/linerate-access.json"
 }
 
 # reset_cache SERVER: its cache directory emptied (the server is stopped).
@@ -317,6 +321,7 @@ PY
 
 run_tail() { # SERVER
     local s=$1
+    rm -f "$work/linerate-access.json"
     reset_cache "$s"
     start_cached "$s" "$slice_bytes" "$(cache_of "$s")" || exit 1
     origin_log_clear
@@ -339,6 +344,10 @@ run_tail() { # SERVER
     wait "$watcher" "$sampler" 2>/dev/null || true
     origin_settle
     stop_server
+    if [ -n "$access_log" ] && [ "$s" = linerate ]; then
+        mkdir -p "$(dirname "$access_log")"
+        mv "$work/linerate-access.json" "$access_log"
+    fi
     local t_play
     t_play=$(cat "$work/play-start")
     [ -n "$t_play" ] || { echo "the tail's sessions never connected" >&2; exit 1; }
