@@ -8,7 +8,11 @@
 //! by demand per byte, the passes over the slice file the admission's estimate
 //! counts, so the long tail goes first and the titles everyone watches stay. A
 //! file the estimate does not know counts 0 (nobody started it lately); ties
-//! go by least recent use.
+//! go by least recent use. Last of all go the slices a viewer is part-way
+//! through ([`super::READER_RETURNS_WITHIN_MS`]): their rest is asked for within
+//! seconds, and a fresh slice has no demand counted yet, so without this a cache
+//! much smaller than its catalogue evicts slices between a viewer's two requests
+//! for them and fetches each one again for its second half.
 //!
 //! Removing a slice's file while a reader has it open is safe on Linux: the
 //! reader keeps its descriptor, and the space returns when it closes it.
@@ -43,14 +47,17 @@ pub(super) struct Candidate {
     /// `(dev, ino)` of its file.
     pub file: (u64, u64),
     pub used_ms: i64,
+    /// A viewer is part-way through it.
+    pub midway: bool,
 }
 
-/// The slices to remove to free `bytes`: the least demand per byte first (a file
-/// `density` does not know counts 0), then the least recently used.
+/// The slices to remove to free `bytes`: those no viewer is part-way through
+/// before those one is, then the least demand per byte first (a file `density`
+/// does not know counts 0), then the least recently used.
 pub(super) fn victims(candidates: Vec<Candidate>, density: &HashMap<(u64, u64), f64>, bytes: u64) -> Vec<Candidate> {
     let mut ranked: Vec<(f64, Candidate)> =
         candidates.into_iter().map(|c| (density.get(&c.file).copied().unwrap_or(0.0), c)).collect();
-    ranked.sort_by(|(da, a), (db, b)| da.total_cmp(db).then(a.used_ms.cmp(&b.used_ms)));
+    ranked.sort_by(|(da, a), (db, b)| a.midway.cmp(&b.midway).then(da.total_cmp(db)).then(a.used_ms.cmp(&b.used_ms)));
     let mut freed = 0;
     ranked
         .into_iter()
@@ -80,6 +87,7 @@ pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
         return 0;
     }
     let mut candidates = Vec::new();
+    let now_ms = super::unix_ms();
     for shard in &s.shards {
         let shard = super::lock(shard);
         for (key, e) in shard.objects.iter().filter(|(_, e)| e.dir == dir) {
@@ -91,6 +99,7 @@ pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
                 len: sl.file.len,
                 file: (sl.file.dev, sl.file.ino),
                 used_ms: sl.used_ms,
+                midway: sl.midway_until_ms > now_ms,
             }));
         }
     }
@@ -127,7 +136,16 @@ mod tests {
     }
 
     fn candidate(n: u8, len: u64, used_ms: i64) -> Candidate {
-        Candidate { key: [n; 16], gen: 1, index: n as u64, seq: n as u64, len, file: (1, n as u64), used_ms }
+        Candidate {
+            key: [n; 16],
+            gen: 1,
+            index: n as u64,
+            seq: n as u64,
+            len,
+            file: (1, n as u64),
+            used_ms,
+            midway: false,
+        }
     }
 
     #[test]
@@ -148,5 +166,18 @@ mod tests {
         assert_eq!(order(11), [5, 4]);
         assert_eq!(order(35), [5, 4, 3, 2]);
         assert_eq!(order(1000), [5, 4, 3, 2, 1]);
+    }
+
+    #[test]
+    fn a_slice_a_viewer_is_part_way_through_goes_last() {
+        // 2 is the least demanded and least recently used, but a viewer is in it.
+        let density = HashMap::from([((1, 1), 5.0), ((1, 3), 0.5)]);
+        let mut midway = candidate(2, 10, 0);
+        midway.midway = true;
+        let all = vec![candidate(1, 10, 100), midway, candidate(3, 10, 300)];
+        let order = |bytes| victims(all.clone(), &density, bytes).iter().map(|c| c.index).collect::<Vec<_>>();
+        assert_eq!(order(10), [3]);
+        assert_eq!(order(20), [3, 1]);
+        assert_eq!(order(30), [3, 1, 2]);
     }
 }

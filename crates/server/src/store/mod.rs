@@ -261,8 +261,23 @@ struct Shard {
     objects: HashMap<KeyHash, Entry>,
     /// Slices between `begin_slice` and the end of their commit or abort, by
     /// `(key, index)`: the sweep leaves their files alone.
-    writing: HashMap<(KeyHash, u64), u32>,
+    writing: HashMap<(KeyHash, u64), Writing>,
 }
+
+/// A slice being written.
+#[derive(Default)]
+struct Writing {
+    writers: u32,
+    /// What `note_use` said of it before its commit, for its `Slice`.
+    midway_until_ms: i64,
+}
+
+/// How long a slice a viewer stopped reading part-way through is kept from
+/// eviction (unless someone reads it to its end first): a player asks for the
+/// next part of a title within a segment's duration, and evicting the slice in
+/// between would fetch all of it again for its rest. A viewer not back within
+/// this is not waited for.
+pub(crate) const READER_RETURNS_WITHIN_MS: i64 = 30_000;
 
 /// An object in the index.
 struct Entry {
@@ -281,6 +296,9 @@ struct Slice {
     file: SliceFile,
     /// Last use (`note_use`), Unix milliseconds; its file's mtime until then.
     used_ms: i64,
+    /// Until when (Unix milliseconds) a viewer who read part of it is expected
+    /// back for the rest ([`READER_RETURNS_WITHIN_MS`]); 0: none.
+    midway_until_ms: i64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -595,7 +613,7 @@ impl Store {
             if !s.dirs[dir].writable(now) {
                 return Err(s.dirs[dir].refusal());
             }
-            *shard.writing.entry((*key, index)).or_default() += 1;
+            shard.writing.entry((*key, index)).or_default().writers += 1;
             (dir, gen)
         };
         let d = &s.dirs[dir];
@@ -660,7 +678,7 @@ impl Store {
         let file = SliceFile { len: st.len(), dev: st.dev(), ino: st.ino(), mtime_ns: mtime_ns(&st) };
         let seq = {
             let mut shard = s.shard(&key);
-            shard.release(&key, index);
+            let midway_until_ms = shard.release(&key, index);
             let Some(e) = shard.objects.get_mut(&key).filter(|e| e.gen == gen) else {
                 // Removed under the lock: no later commit of this version can
                 // index a file at this path any more.
@@ -668,7 +686,7 @@ impl Store {
                 return Err(StoreError::NoObject);
             };
             let seq = s.next_seq();
-            let old = e.slices.insert(index, Slice { seq, file, used_ms: unix_ms() });
+            let old = e.slices.insert(index, Slice { seq, file, used_ms: unix_ms(), midway_until_ms });
             let old_len = old.map_or(0, |o| o.file.len as i64);
             d.account(0, old.is_none() as i64, file.len as i64 - old_len);
             seq
@@ -693,12 +711,20 @@ impl Store {
         s.drop_slice(key, gen, index, None, true);
     }
 
-    /// Notes a hit on a slice: among slices of equal demand, the least recently
-    /// used are evicted first.
-    pub(crate) fn note_use(&self, key: &KeyHash, index: u64) {
+    /// Notes that a viewer was sent part of slice `index` (from the store, or
+    /// from its fill), up to its end or not (`reached_end`). Among slices of equal
+    /// demand the least recently used are evicted first, and one a viewer stopped
+    /// in the middle of is evicted last, for [`READER_RETURNS_WITHIN_MS`] or until
+    /// someone reads it to its end.
+    pub(crate) fn note_use(&self, key: &KeyHash, index: u64, reached_end: bool) {
+        let now = unix_ms();
+        let midway_until_ms = if reached_end { 0 } else { now + READER_RETURNS_WITHIN_MS };
         let mut shard = self.shared.shard(key);
         if let Some(slice) = shard.objects.get_mut(key).and_then(|e| e.slices.get_mut(&index)) {
-            slice.used_ms = unix_ms();
+            slice.used_ms = now;
+            slice.midway_until_ms = midway_until_ms;
+        } else if let Some(w) = shard.writing.get_mut(&(*key, index)) {
+            w.midway_until_ms = midway_until_ms;
         }
     }
 
@@ -759,7 +785,7 @@ fn replay(shards: &mut [Shard], dirs: &[Dir], records: Vec<(usize, Record)>) -> 
             }
             Record::Slice { seq, key, gen, index, file } => {
                 if let Some(e) = shards[shard_of(&key)].objects.get_mut(&key).filter(|e| e.gen == gen && e.dir == dir) {
-                    e.slices.insert(index, Slice { seq, file, used_ms: file.mtime_ns / 1_000_000 });
+                    e.slices.insert(index, Slice { seq, file, used_ms: file.mtime_ns / 1_000_000, midway_until_ms: 0 });
                 }
             }
             Record::DropSlice { key, gen, index, .. } => {
@@ -793,13 +819,16 @@ fn remove_files(paths: &[PathBuf]) {
 
 impl Shard {
     /// Ends a `begin_slice`'s claim on `(key, index)`.
-    fn release(&mut self, key: &KeyHash, index: u64) {
-        if let Some(n) = self.writing.get_mut(&(*key, index)) {
-            *n -= 1;
-            if *n == 0 {
-                self.writing.remove(&(*key, index));
-            }
+    /// One writer of slice `index` is done; returns what `note_use` said of the
+    /// slice meanwhile (its `midway_until_ms`).
+    fn release(&mut self, key: &KeyHash, index: u64) -> i64 {
+        let Some(w) = self.writing.get_mut(&(*key, index)) else { return 0 };
+        let midway = w.midway_until_ms;
+        w.writers -= 1;
+        if w.writers == 0 {
+            self.writing.remove(&(*key, index));
         }
+        midway
     }
 }
 

@@ -609,9 +609,9 @@ fn eviction_takes_the_long_tail_first() {
     note_passes(&admission, &slice_now(&store, &unpopular, 3).unwrap(), 1);
     // Slice 0 was used after slice 2, and slice 1 never since its fill.
     std::thread::sleep(std::time::Duration::from_millis(5));
-    store.note_use(&unpopular, 2);
+    store.note_use(&unpopular, 2, true);
     std::thread::sleep(std::time::Duration::from_millis(5));
-    store.note_use(&unpopular, 0);
+    store.note_use(&unpopular, 0, true);
     let held = std::fs::File::open(slice_now(&store, &unpopular, 1).unwrap().path).unwrap();
     // 8 slices over a limit of 7 go to 6.65: two go, of the three the estimate
     // does not know the two least recently used.
@@ -634,6 +634,43 @@ fn eviction_takes_the_long_tail_first() {
     assert_eq!(open(&cfg).stats().slices, 6, "the evictions are journaled");
 }
 
+/// A slice a viewer stopped in the middle of goes after the others, even least
+/// recently used and noted while it was still being written, until someone reads
+/// it to its end.
+#[test]
+fn a_slice_a_viewer_is_part_way_through_is_evicted_last() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Room for 2 slices; 3 are filled.
+    let cfg = config(&[tmp.path()], 2 * SLICE);
+    let store = Store::open_with(&cfg, Box::new(HashMap::new), no_evictor(Box::new(|_| Ok(u64::MAX)))).unwrap();
+    let key = key_hash(b"title");
+    store.put_object(&key, meta("title", 3 * SLICE, "e")).unwrap();
+    // Slice 0: a viewer got its first half while it filled, and will be back.
+    let w = begin_now(&store, &key, 0, SLICE).unwrap();
+    store.note_use(&key, 0, false);
+    w.write_at(&bytes_of(&key, 0, SLICE), 0).unwrap();
+    store.commit_slice(w).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fill(&store, &key, 1, SLICE);
+    fill(&store, &key, 2, SLICE);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.note_use(&key, 2, true);
+    // 3 over 2 go to 1.9: two go, 1 (least recently used) and then 2, not 0.
+    assert_eq!(evict::pass(&store.shared, 0), 2 * SLICE);
+    assert!(slice_now(&store, &key, 0).is_some());
+    assert!(slice_now(&store, &key, 1).is_none() && slice_now(&store, &key, 2).is_none());
+    // Read to its end, it is an ordinary slice again.
+    fill(&store, &key, 1, SLICE);
+    fill(&store, &key, 2, SLICE);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.note_use(&key, 0, true);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.note_use(&key, 1, true);
+    store.note_use(&key, 2, true);
+    assert_eq!(evict::pass(&store.shared, 0), 2 * SLICE);
+    assert!(slice_now(&store, &key, 0).is_none(), "the least recently used, read to its end");
+}
+
 /// Under `min_free_bytes` of free space (simulated: the file system's figure
 /// comes through a callback), slices go until 5% over the floor.
 #[test]
@@ -653,7 +690,7 @@ fn eviction_keeps_free_space_above_its_floor() {
     // Slices filled within one millisecond are equally recent: use all but 0 and 1.
     std::thread::sleep(std::time::Duration::from_millis(5));
     for i in 2..8 {
-        store.note_use(&key, i);
+        store.note_use(&key, i, true);
     }
     assert_eq!(evict::pass(&store.shared, 0), 0);
     assert_eq!(store.stats().dirs[0].free_bytes, 100 * SLICE);

@@ -135,7 +135,7 @@ impl Cache {
                             io.send_file(&slice.file, at - first, upto - at).await?;
                         }
                     }
-                    self.store.note_use(&key.hash, index);
+                    self.store.note_use(&key.hash, index, upto == last + 1);
                     self.stats.hit_bytes.add(upto - at);
                 }
                 None => {
@@ -144,6 +144,7 @@ impl Cache {
                         self.stats.collapsed.add(1);
                     }
                     follow(io, rx, at - first, Some(upto - first), progress).await?;
+                    self.store.note_use(&key.hash, index, upto == last + 1);
                     self.stats.miss_bytes.add(upto - at);
                 }
             }
