@@ -3,7 +3,7 @@
 slice cache's eviction, and prints each model's byte hit ratio per cache size.
 
     bench/cache-model.py ACCESS_LOG [--slice-mib 4] [--cache-mib 512,1024,1536]
-                         [--policies demand,lru,lru-trim20,arc,belady]
+                         [--policies demand,demand-only,lru,lru-trim20,arc,belady]
                          [--user-agent linerate-bench]
 
 The log is the one `bench/origin.sh --access-log FILE` keeps of a tail run: it holds
@@ -20,7 +20,10 @@ bytes asked for. The models:
 
   demand       linerate's store: past the limit, evict to 5% under it, the least
                demand first (a range that starts a slice counts one pass over it;
-               passes decay with a 60 s half-life), then the least recently used.
+               passes decay with a 60 s half-life), then the least recently used;
+               a slice whose last range stopped before its end goes last (for 30 s,
+               or until a range reaches its end: a viewer part-way through it).
+  demand-only  the same without that last rule.
   lru          least recently used, evicted to 5% under the limit as it is passed.
   lru-trimN    least recently used, trimmed to the limit only every N seconds (how
                nginx's cache manager behaves between its passes: the cache holds
@@ -41,7 +44,8 @@ MIB = 1 << 20
 
 
 def load(path, user_agent, slice_bytes):
-    """[(time, key, bytes asked of that slice, starts_it, is_head)] in arrival order."""
+    """[(time, key, bytes asked of that slice, starts_it, is_head, reaches_its_end)]
+    in arrival order."""
     events = []
     for line in open(path, errors="replace"):
         try:
@@ -52,7 +56,7 @@ def load(path, user_agent, slice_bytes):
             continue
         t = datetime.datetime.fromisoformat(r["time"].replace("Z", "+00:00")).timestamp()
         if r["method"] == "HEAD":
-            events.append((t, (r["path"], 0), 0, False, True))
+            events.append((t, (r["path"], 0), 0, False, True, True))
             continue
         if r["method"] != "GET" or not r.get("range") or not r.get("body_bytes"):
             continue
@@ -64,7 +68,7 @@ def load(path, user_agent, slice_bytes):
         b = int(last) if last else a + r["body_bytes"] - 1
         for i in range(a // slice_bytes, b // slice_bytes + 1):
             lo, hi = max(a, i * slice_bytes), min(b, (i + 1) * slice_bytes - 1)
-            events.append((t, (r["path"], i), hi - lo + 1, a <= i * slice_bytes, False))
+            events.append((t, (r["path"], i), hi - lo + 1, a <= i * slice_bytes, False, hi == (i + 1) * slice_bytes - 1))
     events.sort(key=lambda e: e[0])
     return events
 
@@ -88,16 +92,21 @@ class Held:
         return self.area / self.span if self.span else 0.0
 
 
+MIDWAY_S = 30.0
+
+
 def run_ranked(events, limit, slice_bytes, policy, trim_every=0.0, half_life=60.0):
-    """demand, lru and lru-trimN: evict by a ranking once past the limit."""
-    cache = {}  # key -> [last use, demand, demand's time]
+    """demand, demand-only, lru and lru-trimN: evict by a ranking once past the limit."""
+    cache = {}  # key -> [last use, demand, demand's time, part-way until]
     origin = asked = 0
     held = Held()
     next_trim = None
 
     def rank(k, now):
-        used, d, td = cache[k]
+        used, d, td, midway = cache[k]
         if policy == "demand":
+            return (midway > now, d * 0.5 ** ((now - td) / half_life), used)
+        if policy == "demand-only":
             return (d * 0.5 ** ((now - td) / half_life), used)
         return (used,)
 
@@ -107,7 +116,7 @@ def run_ranked(events, limit, slice_bytes, policy, trim_every=0.0, half_life=60.
                 break
             del cache[k]
 
-    for t, k, n, starts, head in events:
+    for t, k, n, starts, head, to_end in events:
         if trim_every:
             if next_trim is None:
                 next_trim = t
@@ -125,9 +134,11 @@ def run_ranked(events, limit, slice_bytes, policy, trim_every=0.0, half_life=60.
         else:
             if not head:
                 origin += slice_bytes
-            cache[k] = [t, 0.0, t]
-            if not trim_every and len(cache) * slice_bytes > limit:
-                evict(t, limit - limit // 20)
+            cache[k] = [t, 0.0, t, 0.0]
+        if not head:
+            cache[k][3] = 0.0 if to_end else t + MIDWAY_S
+        if not trim_every and len(cache) * slice_bytes > limit:
+            evict(t, limit - limit // 20)
         held.note(t, len(cache) * slice_bytes)
     return origin, asked, held
 
@@ -147,7 +158,7 @@ def run_arc(events, limit, slice_bytes):
             k, _ = t2.popitem(last=False)
             b2[k] = True
 
-    for t, k, n, starts, head in events:
+    for t, k, n, starts, head, _ in events:
         asked += n
         if k in t1 or k in t2:
             if starts and not head:
@@ -193,7 +204,7 @@ def run_belady(events, limit, slice_bytes):
     cache = {}
     origin = asked = 0
     held = Held()
-    for i, (t, k, n, _, head) in enumerate(events):
+    for i, (t, k, n, _, head, _) in enumerate(events):
         asked += n
         if k not in cache and not head:
             origin += slice_bytes
@@ -209,12 +220,12 @@ def main():
     ap.add_argument("log")
     ap.add_argument("--slice-mib", type=int, default=4)
     ap.add_argument("--cache-mib", default="512,1024,1536")
-    ap.add_argument("--policies", default="demand,lru,lru-trim20,arc,belady")
+    ap.add_argument("--policies", default="demand,demand-only,lru,lru-trim20,arc,belady")
     ap.add_argument("--user-agent", default="linerate-bench")
     a = ap.parse_args()
     slice_bytes = a.slice_mib * MIB
     events = load(a.log, a.user_agent, slice_bytes)
-    if not any(n for _, _, n, _, _ in events):
+    if not any(e[2] for e in events):
         raise SystemExit("no GET ranges from %r in %s" % (a.user_agent, a.log))
     print("%d slice requests, %.0f MB asked for, %d MiB slices" %
           (sum(1 for e in events if not e[4]), sum(e[2] for e in events) / 1e6, a.slice_mib))
@@ -227,7 +238,7 @@ def main():
                 r = run_arc(events, limit, slice_bytes)
             elif policy == "belady":
                 r = run_belady(events, limit, slice_bytes)
-            elif policy in ("demand", "lru"):
+            elif policy in ("demand", "demand-only", "lru"):
                 r = run_ranked(events, limit, slice_bytes, policy)
             elif policy.startswith("lru-trim"):
                 r = run_ranked(events, limit, slice_bytes, "lru", trim_every=float(policy[len("lru-trim"):]))
