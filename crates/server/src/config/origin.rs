@@ -315,7 +315,8 @@ fn is_node_name(name: &str) -> bool {
 impl Cache {
     /// The node name of `Via` fields: `node_name`, else the host name and the
     /// first of `listen`'s ports (two nodes of one host listen on different
-    /// ports), else the host name and the process id.
+    /// ports), else (no plain-HTTP listener, or port 0) the host name and the
+    /// process id.
     pub fn node_name(&self, listen: &[std::net::SocketAddr]) -> String {
         if let Some(name) = &self.node_name {
             return name.clone();
@@ -325,9 +326,10 @@ impl Cache {
             .map(|h| h.trim().to_string())
             .filter(|h| is_node_name(h) && h.len() < 90)
             .unwrap_or_else(|| "linerate".into());
-        match listen.first() {
-            Some(a) => format!("{host}:{}", a.port()),
-            None => format!("{host}.{}", std::process::id()),
+        match listen.first().map(|a| a.port()) {
+            Some(port) if port != 0 => format!("{host}:{port}"),
+            // No port yet (`:0` takes any): the process id tells nodes apart.
+            _ => format!("{host}.{}", std::process::id()),
         }
     }
 }
@@ -415,6 +417,8 @@ mod tests {
         let a = c.node_name(&["127.0.0.1:8081".parse().unwrap()]);
         let b = c.node_name(&["127.0.0.1:8082".parse().unwrap()]);
         assert!(a.ends_with(":8081") && b.ends_with(":8082") && is_node_name(&a), "{a} {b}");
+        let any = c.node_name(&["127.0.0.1:0".parse().unwrap()]);
+        assert!(any.ends_with(&format!(".{}", std::process::id())), "{any}");
     }
 
     #[test]
