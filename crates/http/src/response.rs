@@ -25,11 +25,12 @@ pub enum Status {
     ServiceUnavailable,
     GatewayTimeout,
     VersionNotSupported,
+    LoopDetected,
 }
 
 impl Status {
     /// Every status, in a fixed order (see [`Status::index`]).
-    pub const ALL: [Status; 22] = [
+    pub const ALL: [Status; 23] = [
         Status::Ok,
         Status::NoContent,
         Status::PartialContent,
@@ -52,6 +53,7 @@ impl Status {
         Status::ServiceUnavailable,
         Status::GatewayTimeout,
         Status::VersionNotSupported,
+        Status::LoopDetected,
     ];
 
     /// This status's position in [`Status::ALL`], for per-status counters.
@@ -83,6 +85,7 @@ impl Status {
             Status::ServiceUnavailable => 503,
             Status::GatewayTimeout => 504,
             Status::VersionNotSupported => 505,
+            Status::LoopDetected => 508,
         }
     }
 
@@ -110,6 +113,7 @@ impl Status {
             Status::ServiceUnavailable => "Service Unavailable",
             Status::GatewayTimeout => "Gateway Timeout",
             Status::VersionNotSupported => "HTTP Version Not Supported",
+            Status::LoopDetected => "Loop Detected",
         }
     }
 

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::AdminState;
-use crate::origin::UrlStats;
+use crate::origin::{ParentStats, UrlStats};
 use crate::server::cache::Cache;
 use crate::store::StoreStats;
 
@@ -30,6 +30,10 @@ pub(super) struct CacheView {
     pub store_errors: u64,
     pub store: StoreStats,
     pub origins: Vec<Origin>,
+    /// The parent tier of each table: counters, and whether each is up.
+    pub parents: Vec<ParentStats>,
+    /// Requests refused with 508 because their `Via` named this node.
+    pub loops: u64,
 }
 
 #[derive(Serialize)]
@@ -92,6 +96,8 @@ pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
                 stats: u,
             })
             .collect(),
+        parents: cache.origins.parent_stats(),
+        loops: cache.origins.loops(),
     })
 }
 

@@ -262,6 +262,13 @@ impl Workers {
                     .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&pick(d), None)?;
             }
         }
+        counter(
+            e,
+            "linerate_cache_loops",
+            "Requests refused with 508 because their Via field named this node (the parents form a loop).",
+            &[(&[], c.loops)],
+        )?;
+        self.encode_parents(e, &c.parents)?;
         let origin_labels: Vec<Vec<(&str, String)>> = c
             .origins
             .iter()
@@ -337,6 +344,89 @@ impl Workers {
                 &u.first_byte_buckets,
                 None,
             )?;
+        }
+        Ok(())
+    }
+}
+
+impl Workers {
+    /// Each parent's requests, answers, errors and state.
+    fn encode_parents(
+        &self,
+        e: &mut DescriptorEncoder,
+        parents: &[crate::origin::ParentStats],
+    ) -> Result<(), std::fmt::Error> {
+        if parents.is_empty() {
+            return Ok(());
+        }
+        let labels: Vec<Vec<(&str, String)>> = parents
+            .iter()
+            .map(|p| vec![("table", p.stats.table.to_string()), ("parent", p.stats.url.clone())])
+            .collect();
+        let mut m = e.encode_descriptor(
+            "linerate_parent_requests",
+            "Requests sent to each parent.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&p.stats.requests, None)?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_parent_responses",
+            "Response heads from each parent, by status class.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            for (i, n) in p.stats.responses_by_class.iter().enumerate() {
+                let mut labels = l.clone();
+                labels.push(("class", format!("{}xx", i + 1)));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_parent_errors",
+            "Failed requests to each parent, by kind.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            for (kind, n) in &p.stats.errors {
+                let mut labels = l.clone();
+                labels.push(("kind", kind.to_string()));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_parent_body_bytes",
+            "Body bytes received from each parent.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&p.stats.body_bytes, None)?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_parent_marked_down",
+            "Times each parent was marked down (no connection, a timeout, a broken connection).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&p.marked_down, None)?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_parent_up",
+            "1 while a parent is asked, 0 while it is marked down and skipped.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (l, p) in labels.iter().zip(parents) {
+            m.encode_family(l)?.encode_gauge(&i64::from(p.up))?;
         }
         Ok(())
     }

@@ -63,6 +63,21 @@ pub struct Origin {
     /// and every request is signed (docs/CACHE.md, "S3 origins").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3>,
+    /// Other linerate nodes serving the same prefix from their own cache
+    /// (`http://host:port`, their plain-HTTP listen address), asked before
+    /// `urls`: each object goes to the parent its key hashes to (rendezvous
+    /// hashing), then along its order, then to `urls` (docs/CACHE.md, "Parent
+    /// tier").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<String>,
+    /// How long a parent that failed (no connection, a timeout, a broken
+    /// connection) is skipped before it is probed again.
+    #[serde(default = "default_parent_down_for", with = "humantime_serde")]
+    pub parent_down_for: Duration,
+}
+
+fn default_parent_down_for() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_connect_timeout() -> Duration {
@@ -103,6 +118,27 @@ impl Origin {
         if let Some(s3) = &self.s3 {
             s3.validate(i, &urls, &self.key_args)?;
         }
+        let mut parents: Vec<BaseUrl> = Vec::with_capacity(self.parents.len());
+        for (j, url) in self.parents.iter().enumerate() {
+            let k = format!("origin[{i}].parents[{j}]");
+            let base = match parse_base_url(url) {
+                Ok(base) => base,
+                Err(problem) => return bad(k, problem),
+            };
+            if base.https {
+                return bad(k, format!("{url:?}: a parent is a linerate node's plain-HTTP listen address; https parents are not supported"));
+            }
+            if base.path != "/" {
+                return bad(
+                    k,
+                    format!("{url:?}: a parent is `http://host:port`, without a path (it serves the same prefix)"),
+                );
+            }
+            if parents.iter().any(|p| p.host.eq_ignore_ascii_case(&base.host) && p.port == base.port) {
+                return bad(k, format!("{url:?} is listed twice"));
+            }
+            parents.push(base);
+        }
         if let Some(ca) = &self.ca_file {
             if !ca.is_file() {
                 return bad(key("ca_file"), format!("{ca:?} is not a readable file"));
@@ -116,6 +152,7 @@ impl Origin {
             ("negative_ttl", self.negative_ttl, Duration::ZERO),
             ("stale_if_error", self.stale_if_error, Duration::ZERO),
             ("stale_while_revalidate", self.stale_while_revalidate, Duration::ZERO),
+            ("parent_down_for", self.parent_down_for, Duration::from_millis(100)),
         ] {
             duration(&key(k), d)?;
             if d < lo {
@@ -211,11 +248,16 @@ pub struct Cache {
     /// `fsync` each slice before it becomes visible, and the index after: slices
     /// then survive a power loss too, not only a crash of the server.
     pub fsync: bool,
+    /// This node's name in the `Via` field of its origin and parent requests, by
+    /// which a request that comes back to it is refused. Default: the host name
+    /// and the first listen port (`edge1:80`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 impl Default for Cache {
     fn default() -> Self {
-        Cache { slice_bytes: 4 * 1024 * 1024, dirs: Vec::new(), fsync: false }
+        Cache { slice_bytes: 4 * 1024 * 1024, dirs: Vec::new(), fsync: false, node_name: None }
     }
 }
 
@@ -237,6 +279,14 @@ impl Cache {
         if self.slice_bytes % linerate_sys::pagecache::PAGE_BYTES != 0 {
             return bad("cache.slice_bytes", "must be a multiple of 4096 (the page size)");
         }
+        if let Some(name) = &self.node_name {
+            if !is_node_name(name) {
+                return bad(
+                    "cache.node_name",
+                    format!("{name:?}: 1 to 100 visible ASCII characters, no `,`, `(` or `)`"),
+                );
+            }
+        }
         if !origins.is_empty() && self.dirs.is_empty() {
             return bad("cache.dirs", "an [[origin]] needs at least one cache directory ([[cache.dirs]] with a path)");
         }
@@ -254,6 +304,33 @@ impl Cache {
             range(&format!("cache.dirs[{i}].min_free_bytes"), d.min_free_bytes, 0, super::MAX_INTEGER)?;
         }
         Ok(())
+    }
+}
+
+/// Whether `name` can stand as a `Via` field's received-by name.
+fn is_node_name(name: &str) -> bool {
+    (1..=100).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic() && !b",()".contains(&b))
+}
+
+impl Cache {
+    /// The node name of `Via` fields: `node_name`, else the host name and the
+    /// first of `listen`'s ports (two nodes of one host listen on different
+    /// ports), else (no plain-HTTP listener, or port 0) the host name and the
+    /// process id.
+    pub fn node_name(&self, listen: &[std::net::SocketAddr]) -> String {
+        if let Some(name) = &self.node_name {
+            return name.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| is_node_name(h) && h.len() < 90)
+            .unwrap_or_else(|| "linerate".into());
+        match listen.first().map(|a| a.port()) {
+            Some(port) if port != 0 => format!("{host}:{port}"),
+            // No port yet (`:0` takes any): the process id tells nodes apart.
+            _ => format!("{host}.{}", std::process::id()),
+        }
     }
 }
 
@@ -309,6 +386,39 @@ mod tests {
         o.idle_timeout = Duration::ZERO;
         assert_eq!(o.validate(0).unwrap_err().0, "origin[0].idle_timeout");
         assert_eq!(validate_origins(&[origin("/a/"), origin("/a/")]).unwrap_err().0, "origin[1].prefix");
+    }
+
+    #[test]
+    fn parents_are_plain_http_addresses_listed_once() {
+        let mut o = origin("/a/");
+        o.parents = vec!["http://10.0.0.1:8080".into(), "http://10.0.0.2".into()];
+        assert_eq!(o.validate(0), Ok(()));
+        for (parents, at) in [
+            (vec!["https://10.0.0.1/"], "origin[2].parents[0]"),
+            (vec!["http://10.0.0.1:80/", "http://10.0.0.2/vod/"], "origin[2].parents[1]"),
+            (vec!["http://p:81", "http://P:81/"], "origin[2].parents[1]"),
+            (vec!["p:81"], "origin[2].parents[0]"),
+        ] {
+            o.parents = parents.iter().map(|p| p.to_string()).collect();
+            assert_eq!(o.validate(2).unwrap_err().0, at, "{parents:?}");
+        }
+        o.parents.clear();
+        o.parent_down_for = Duration::from_millis(10);
+        assert_eq!(o.validate(0).unwrap_err().0, "origin[0].parent_down_for");
+    }
+
+    #[test]
+    fn node_names_are_checked_and_defaulted() {
+        let c = Cache { node_name: Some("edge 1".into()), ..Cache::default() };
+        assert_eq!(c.validate(&[]).unwrap_err().0, "cache.node_name");
+        let c = Cache { node_name: Some("edge-1".into()), ..Cache::default() };
+        assert_eq!(c.node_name(&[]), "edge-1");
+        let c = Cache::default();
+        let a = c.node_name(&["127.0.0.1:8081".parse().unwrap()]);
+        let b = c.node_name(&["127.0.0.1:8082".parse().unwrap()]);
+        assert!(a.ends_with(":8081") && b.ends_with(":8082") && is_node_name(&a), "{a} {b}");
+        let any = c.node_name(&["127.0.0.1:0".parse().unwrap()]);
+        assert!(any.ends_with(&format!(".{}", std::process::id())), "{any}");
     }
 
     #[test]

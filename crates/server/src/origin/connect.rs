@@ -270,7 +270,7 @@ pub(super) fn tls_config(roots: Arc<RootCertStore>) -> anyhow::Result<Arc<rustls
 
 /// A host as `lookup_host` and `ServerName` take it: an IPv6 address without
 /// its brackets.
-fn bare_host(host: &str) -> &str {
+pub(super) fn bare_host(host: &str) -> &str {
     host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
 }
 

@@ -23,6 +23,11 @@ pub(crate) enum OriginError {
     /// read the bucket. The status and S3's error code, when its body had one.
     #[error("the S3 origin refused the signed request: {0}{code}", code = .1.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
     Denied(u16, Option<String>),
+    /// A parent answered 508: the request went round a loop of parents (its
+    /// `Via` named a node twice). Not failed over: the loop is a configuration
+    /// error to see, not a failure to hide.
+    #[error("a parent answered 508 Loop Detected: the parents form a loop")]
+    Loop,
     /// The origin broke HTTP: a head over the size limit or unparsable, a bad
     /// `Content-Range`, a body shorter or longer than its `Content-Length`.
     #[error("bad response: {0}")]
@@ -51,7 +56,7 @@ impl fmt::Display for Phase {
 }
 
 /// Every [`OriginError::kind`], in the order [`super::UrlStats::errors`] lists them.
-pub(super) const KINDS: [&str; 6] = ["connect", "timeout", "status", "reset", "bad_response", "denied"];
+pub(super) const KINDS: [&str; 7] = ["connect", "timeout", "status", "reset", "bad_response", "denied", "loop"];
 
 impl OriginError {
     /// The metric label: one of [`KINDS`].
@@ -67,6 +72,7 @@ impl OriginError {
             OriginError::Reset(_) => 3,
             OriginError::BadResponse(_) => 4,
             OriginError::Denied(..) => 5,
+            OriginError::Loop => 6,
         }
     }
 
@@ -81,7 +87,7 @@ impl OriginError {
         match self {
             OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Status(_) => true,
             OriginError::Timeout(phase) => *phase != Phase::Idle,
-            OriginError::BadResponse(_) | OriginError::Denied(..) => false,
+            OriginError::BadResponse(_) | OriginError::Denied(..) | OriginError::Loop => false,
         }
     }
 }

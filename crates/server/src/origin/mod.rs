@@ -45,6 +45,7 @@
 mod connect;
 mod content_range;
 mod error;
+mod parent;
 mod request;
 mod response;
 mod runtime;
@@ -66,7 +67,7 @@ pub(crate) use self::{
     error::{OriginError, Phase},
     request::{OriginRequest, PathEncoding},
     response::OriginResponse,
-    stats::UrlStats,
+    stats::{ParentStats, UrlStats},
 };
 
 use connect::{chain, io_error_kind, Conn, Url};
@@ -91,11 +92,30 @@ pub(crate) struct Origins {
     runtime: Runtime,
     /// When the client started: the clock of [`Table::denied_logged`].
     started: Instant,
+    node: Node,
+    /// `1.1 <node name>`: this node's entry in the `Via` field.
+    via: http::HeaderValue,
+    /// Requests refused because their `Via` named this node.
+    loops: AtomicU64,
+    /// When a refused loop was last logged (as [`Table::denied_logged`]).
+    loop_logged: AtomicU64,
+}
+
+/// Who this node is, for the `Via` field of its requests and to recognise
+/// itself among its parents.
+#[derive(Clone, Debug)]
+pub(crate) struct Node {
+    /// The received-by name of its `Via` entries.
+    pub name: String,
+    /// Its plain-HTTP listen addresses.
+    pub listen: Vec<std::net::SocketAddr>,
 }
 
 struct Table {
     config: crate::config::Origin,
     urls: Vec<Arc<Url>>,
+    /// The parent tier (`parents`), this node left out.
+    parents: Vec<parent::Parent>,
     /// The signer of an S3 table.
     s3: Option<s3::Signer>,
     /// When a refusal of this S3 table was last logged, in milliseconds since
@@ -113,11 +133,25 @@ impl Origins {
     /// the origin URL's host, never the viewer's. `credentials` are the S3
     /// tables' (by table index, as `Config::s3_credentials` read them). Errors
     /// name the table's key (`origin[1].ca_file: ...`).
+    #[cfg(test)]
     pub(crate) fn start(
         tables: &[crate::config::Origin],
         credentials: &[Option<Arc<crate::config::S3Credentials>>],
         threads: usize,
     ) -> anyhow::Result<Arc<Origins>> {
+        let node = Node { name: format!("test.{}", std::process::id()), listen: Vec::new() };
+        Origins::start_as(tables, credentials, threads, node)
+    }
+
+    /// [`Origins::start`], as `node`.
+    pub(crate) fn start_as(
+        tables: &[crate::config::Origin],
+        credentials: &[Option<Arc<crate::config::S3Credentials>>],
+        threads: usize,
+        node: Node,
+    ) -> anyhow::Result<Arc<Origins>> {
+        let via = http::HeaderValue::from_str(&format!("1.1 {}", node.name))
+            .map_err(|e| anyhow!("cache.node_name: {:?} cannot be sent in a Via field: {e}", node.name))?;
         let mut system_roots = None;
         let mut built = Vec::with_capacity(tables.len());
         for (i, config) in tables.iter().enumerate() {
@@ -142,13 +176,27 @@ impl Origins {
                 (Some(s3), Some(c)) => Some(s3::Signer::new(s3, c)),
                 (Some(_), None) => return Err(anyhow!("origin[{i}].s3: no credentials were read for it")),
             };
-            built.push(Table { config: config.clone(), urls, s3, denied_logged: AtomicU64::new(0) });
+            let plain = crate::config::Origin { s3: None, ..config.clone() };
+            let mut parents = Vec::with_capacity(config.parents.len());
+            for (j, text) in config.parents.iter().enumerate() {
+                let mut url = Url::new(text, &plain, &tls, trust.clone())
+                    .map_err(|e| anyhow!("origin[{i}].parents[{j}]: {e}"))?;
+                if parent::is_self(&url.base, &node.listen) {
+                    tracing::info!("origin[{i}].parents[{j}]: {text} is this node, left out of its parents");
+                    continue;
+                }
+                // The parent serves the same prefix: it is asked for the viewer's path.
+                url.base.path = format!("{}{}", url.base.path, &config.prefix[1..]);
+                parents.push(parent::Parent::new(Arc::new(url)));
+            }
+            built.push(Table { config: config.clone(), urls, parents, s3, denied_logged: AtomicU64::new(0) });
         }
         let mut by_prefix: Vec<usize> = (0..built.len()).collect();
         by_prefix.sort_by_key(|&i| std::cmp::Reverse(built[i].config.prefix.len()));
 
         let runtime = Runtime::start(threads)?;
-        let all: Vec<Arc<Url>> = built.iter().flat_map(|t| t.urls.iter().cloned()).collect();
+        let all: Vec<Arc<Url>> =
+            built.iter().flat_map(|t| t.urls.iter().chain(t.parents.iter().map(|p| &p.url)).cloned()).collect();
         runtime.spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_INTERVAL);
             loop {
@@ -156,7 +204,66 @@ impl Origins {
                 all.iter().for_each(|url| url.sweep());
             }
         });
-        Ok(Arc::new(Origins { tables: built, by_prefix, runtime, started: Instant::now() }))
+        let has_parents = built.iter().any(|t| !t.parents.is_empty());
+        let origins = Arc::new(Origins {
+            tables: built,
+            by_prefix,
+            runtime,
+            started: Instant::now(),
+            node,
+            via,
+            loops: AtomicU64::new(0),
+            loop_logged: AtomicU64::new(0),
+        });
+        if has_parents {
+            // The probes hold only a weak reference: the client goes when its users do.
+            let weak = Arc::downgrade(&origins);
+            origins.runtime.spawn(async move {
+                let mut tick = tokio::time::interval(parent::PROBE_INTERVAL);
+                loop {
+                    tick.tick().await;
+                    let Some(o) = weak.upgrade() else { return };
+                    let now = parent::millis_since(o.started);
+                    for (i, t) in o.tables.iter().enumerate() {
+                        for p in &t.parents {
+                            p.probe(now, t.config.connect_timeout, t.config.parent_down_for, i).await;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(origins)
+    }
+
+    /// Whether a request's `Via` field value names this node: it went round a
+    /// loop of parents and came back.
+    pub(crate) fn via_names_me(&self, via: &[u8]) -> bool {
+        via_names(via, self.node.name.as_bytes())
+    }
+
+    /// Counts a request refused because its `Via` named this node, and logs it
+    /// at most once per [`DENIED_LOG_INTERVAL`].
+    pub(crate) fn refused_loop(&self, path: &[u8], via: &[u8]) {
+        self.loops.fetch_add(1, Ordering::Relaxed);
+        let now = parent::millis_since(self.started).saturating_add(1);
+        let last = self.loop_logged.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= DENIED_LOG_INTERVAL.as_millis() as u64;
+        if due && self.loop_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            tracing::error!(
+                "request for {} refused with 508: its Via ({}) names this node ({}), so the parents form a loop; \
+                 check the `parents` of the nodes named. Counted in linerate_cache_loops_total, logged at most once \
+                 every {} s",
+                String::from_utf8_lossy(path),
+                String::from_utf8_lossy(via),
+                self.node.name,
+                DENIED_LOG_INTERVAL.as_secs(),
+            );
+        }
+    }
+
+    /// Requests refused because their `Via` named this node.
+    pub(crate) fn loops(&self) -> u64 {
+        self.loops.load(Ordering::Relaxed)
     }
 
     /// The S3 tables' credentials as a reload read them again (by table index;
@@ -198,6 +305,13 @@ impl Origins {
     pub(crate) async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
         let t = &self.tables[table];
         let mut last = None;
+        if !t.parents.is_empty() {
+            match self.fetch_parents(table, t, req).await {
+                Ok(response) => return Ok(response),
+                Err(e @ OriginError::Loop) => return Err(e),
+                Err(_) => {}
+            }
+        }
         for (i, url) in t.urls.iter().enumerate() {
             url.counters.count_request();
             let e = match self.exchange(t, url, req).await {
@@ -232,6 +346,64 @@ impl Origins {
         Err(last.unwrap_or_else(|| OriginError::Connect(format!("origin[{table}] has no URL"))))
     }
 
+    /// `req` to the parents of table `t`, in the order of its key, skipping
+    /// those marked down: the first answer other than a 5xx or a failure to
+    /// have one. A parent's 508 (the parents form a loop) is
+    /// [`OriginError::Loop`], which goes no further; any other failure sends the
+    /// caller on to the origin.
+    async fn fetch_parents(&self, table: usize, t: &Table, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
+        let mut key = Vec::with_capacity(t.config.prefix.len() + req.path.len() + 16);
+        key.extend_from_slice(t.config.prefix.as_bytes());
+        key.extend_from_slice(&req.path);
+        if let Some(q) = &req.query {
+            key.push(b'?');
+            key.extend_from_slice(q);
+        }
+        let mut last = OriginError::Connect(format!("origin[{table}]: every parent is down"));
+        for i in parent::order(&key, &t.parents) {
+            let p = &t.parents[i];
+            if !p.is_up() {
+                continue;
+            }
+            let url = &p.url;
+            url.counters.count_request();
+            let e = match self.exchange_as(t, url, req, false).await {
+                Ok((response, conn, first_byte)) => {
+                    let status = response.status().as_u16();
+                    url.counters.count_head(status, first_byte);
+                    let response = OriginResponse::new(
+                        response,
+                        req.head,
+                        conn,
+                        (i, url.clone()),
+                        first_byte,
+                        t.config.idle_timeout,
+                    );
+                    match status {
+                        508 => OriginError::Loop,
+                        500.. => OriginError::Status(status),
+                        _ => return Ok(response),
+                    }
+                }
+                Err(e) => e,
+            };
+            url.counters.count_error(&e);
+            tracing::debug!(table, parent = %url.text, error = %e, "parent request failed");
+            match &e {
+                OriginError::Loop => return Err(e),
+                OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Timeout(_) => {
+                    p.mark_down(parent::millis_since(self.started), t.config.parent_down_for, table, &e.to_string());
+                }
+                _ => {}
+            }
+            if !e.fails_over() {
+                return Err(e);
+            }
+            last = e;
+        }
+        Err(last)
+    }
+
     /// One request to one URL, up to its response head: on a pooled connection
     /// when there is one, else on a new one.
     async fn exchange(
@@ -240,20 +412,35 @@ impl Origins {
         url: &Arc<Url>,
         req: &OriginRequest,
     ) -> Result<(http::Response<hyper::body::Incoming>, Conn, Duration), OriginError> {
+        self.exchange_as(table, url, req, true).await
+    }
+
+    /// [`Origins::exchange`]; `origin`: to one of the table's `urls` (signed for
+    /// an S3 table), not to a parent.
+    async fn exchange_as(
+        &self,
+        table: &Table,
+        url: &Arc<Url>,
+        req: &OriginRequest,
+        origin: bool,
+    ) -> Result<(http::Response<hyper::body::Incoming>, Conn, Duration), OriginError> {
         let config = &table.config;
+        let signer = table.s3.as_ref().filter(|_| origin);
         loop {
             let (mut conn, pooled) = match url.take_idle() {
                 Some(conn) => (conn, true),
                 None => (url.connect(config.connect_timeout).await?, false),
             };
             // Unreachable in practice: the target is percent-encoded byte by byte.
-            let encoding = if table.s3.is_some() { PathEncoding::S3 } else { PathEncoding::Http };
+            let encoding = if signer.is_some() { PathEncoding::S3 } else { PathEncoding::Http };
             let mut request = req
                 .build(&url.base.path, &url.host, &config.forward_headers, encoding)
                 .map_err(OriginError::BadResponse)?;
-            if let Some(signer) = &table.s3 {
+            if let Some(signer) = signer {
                 signer.sign(&mut request, SystemTime::now()).map_err(OriginError::BadResponse)?;
             }
+            // After the signature: a field S3 does not need, left out of it.
+            request::add_via(&mut request, req.via.as_deref(), &self.via);
             let sent = Instant::now();
             let head = tokio::time::timeout(config.first_byte_timeout, async {
                 conn.sender.ready().await?;
@@ -308,6 +495,21 @@ impl Origins {
         e
     }
 
+    /// Per parent: counters and state for /metrics and /status.
+    pub(crate) fn parent_stats(&self) -> Vec<ParentStats> {
+        self.tables
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| {
+                t.parents.iter().map(move |p| ParentStats {
+                    stats: p.url.counters.snapshot(i, &p.url.text),
+                    up: p.is_up(),
+                    marked_down: p.marked_down.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+
     /// Per origin URL: counters for /metrics and /status.
     pub(crate) fn stats(&self) -> Vec<UrlStats> {
         self.tables
@@ -316,6 +518,15 @@ impl Origins {
             .flat_map(|(i, t)| t.urls.iter().map(move |u| u.counters.snapshot(i, &u.text)))
             .collect()
     }
+}
+
+/// Whether a `Via` field value has an entry received by `name`: entries are
+/// `protocol received-by [comment]`, separated by commas.
+fn via_names(via: &[u8], name: &[u8]) -> bool {
+    via.split(|&b| b == b',').any(|entry| {
+        let mut words = entry.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty());
+        words.next().is_some() && words.next() == Some(name)
+    })
 }
 
 /// Whether a request failed because its connection was closed, before any

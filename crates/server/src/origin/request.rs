@@ -13,8 +13,27 @@ const USER_AGENT: &str = concat!("linerate/", env!("CARGO_PKG_VERSION"));
 /// Fields linerate sets itself; a viewer's field of one of these names is never
 /// forwarded, even when `forward_headers` names it (the configuration refuses the
 /// framing ones; these would change what is cached).
-const OWN_FIELDS: [HeaderName; 5] =
-    [header::USER_AGENT, header::ACCEPT_ENCODING, header::IF_NONE_MATCH, header::IF_MODIFIED_SINCE, header::HOST];
+const OWN_FIELDS: [HeaderName; 6] = [
+    header::USER_AGENT,
+    header::ACCEPT_ENCODING,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::HOST,
+    header::VIA,
+];
+
+/// Sets the `Via` field of a request: the viewer's `incoming` entries, if any,
+/// then this node's (`mine`, `1.1 <node name>`). A node that finds its own name
+/// in a request's `Via` refuses it: a loop of parents ends at its second turn.
+pub(super) fn add_via<B>(request: &mut http::Request<B>, incoming: Option<&[u8]>, mine: &HeaderValue) {
+    let value = incoming.filter(|v| !v.trim_ascii().is_empty()).and_then(|v| {
+        let mut joined = v.trim_ascii().to_vec();
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(mine.as_bytes());
+        HeaderValue::from_bytes(&joined).ok()
+    });
+    request.headers_mut().insert(header::VIA, value.unwrap_or_else(|| mine.clone()));
+}
 
 /// A request built by linerate (never a copy of the viewer's).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,6 +56,9 @@ pub(crate) struct OriginRequest {
     /// Viewer fields named in the table's `forward_headers` (name, value). Names
     /// the table does not list, and the fields linerate sets itself, are dropped.
     pub forwarded: Vec<(String, Vec<u8>)>,
+    /// The `Via` field of the viewer request that caused this one, if it had
+    /// one: this node's entry is appended to it ([`add_via`]).
+    pub via: Option<Vec<u8>>,
 }
 
 /// How the path of a request is percent-encoded.
@@ -209,6 +231,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn via_appends_this_node_to_the_viewers_entries() {
+        let mine = HeaderValue::from_static("1.1 edge:8080");
+        let mut req = http::Request::new(());
+        add_via(&mut req, None, &mine);
+        assert_eq!(req.headers()["via"], "1.1 edge:8080");
+        add_via(&mut req, Some(b" 1.1 a, 1.0 b (x) "), &mine);
+        assert_eq!(req.headers()["via"], "1.1 a, 1.0 b (x), 1.1 edge:8080");
+        add_via(&mut req, Some(b"bad\x01"), &mine);
+        assert_eq!(req.headers()["via"], "1.1 edge:8080", "an unsendable value is replaced");
     }
 
     #[test]

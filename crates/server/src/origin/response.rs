@@ -17,7 +17,8 @@ use super::error::{OriginError, Phase};
 pub(crate) struct OriginResponse {
     pub status: u16,
     pub headers: http::HeaderMap,
-    /// Which URL of the table answered (an index into its `urls`).
+    /// Which URL of the table answered (an index into its `urls`, or into its
+    /// parents for a parent's answer).
     pub url: usize,
     /// From sending the request to the head received.
     pub first_byte: Duration,

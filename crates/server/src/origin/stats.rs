@@ -41,6 +41,18 @@ pub(crate) struct UrlStats {
     pub first_byte_count: u64,
 }
 
+/// One parent's counters (its requests, answers and errors, as an origin URL's)
+/// and its state.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub(crate) struct ParentStats {
+    #[serde(flatten)]
+    pub stats: UrlStats,
+    /// Not marked down: requests go to it.
+    pub up: bool,
+    /// Times it was marked down.
+    pub marked_down: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     requests: AtomicU64,

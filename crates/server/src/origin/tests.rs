@@ -253,6 +253,7 @@ async fn the_request_carries_exactly_linerates_fields() {
         if_none_match: Some(b"\"abc\"".to_vec()),
         if_modified_since: Some(b"Wed, 21 Oct 2015 07:28:00 GMT".to_vec()),
         forwarded: vec![("X-Request-Id".into(), b"42".to_vec()), ("Cookie".into(), b"session=1".to_vec())],
+        via: Some(b"1.1 proxy.example".to_vec()),
     };
     let got = fetch(&origins, 0, req).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..], got.end.is_ok()), (200, 0, &b"ok"[..], true));
@@ -279,10 +280,12 @@ async fn the_request_carries_exactly_linerates_fields() {
         "range: bytes=0-99".into(),
         version.into(),
         "x-request-id: 42".into(),
+        format!("via: 1.1 proxy.example, 1.1 test.{}", std::process::id()),
     ];
     want.sort();
     assert_eq!(lines(&heads[0]), ("GET /media/a%20b/%C3%A9.mp4?t=1 HTTP/1.1".to_string(), want));
-    let mut want = vec!["accept-encoding: identity".to_string(), host, version.into()];
+    let via = format!("via: 1.1 test.{}", std::process::id());
+    let mut want = vec!["accept-encoding: identity".to_string(), host, version.into(), via];
     want.sort();
     assert_eq!(lines(&heads[1]), ("HEAD /media/x.mp4 HTTP/1.1".to_string(), want));
     assert_eq!(server.accepts(), 1, "the HEAD reused the connection");
@@ -616,11 +619,13 @@ fn error_kinds_are_the_metric_labels() {
         OriginError::Reset(String::new()),
         OriginError::BadResponse(String::new()),
         OriginError::Denied(403, None),
+        OriginError::Loop,
     ];
     assert_eq!(all.iter().map(OriginError::kind).collect::<Vec<_>>(), KINDS);
     assert!(!OriginError::Timeout(Phase::Idle).fails_over());
     assert!(OriginError::Timeout(Phase::FirstByte).fails_over());
     assert!(!OriginError::Denied(403, None).fails_over());
+    assert!(!OriginError::Loop.fails_over());
 }
 
 fn s3_table(prefix: &str, urls: &[String]) -> (Origin, Arc<crate::config::S3Credentials>) {
@@ -676,4 +681,93 @@ async fn an_s3_refusal_is_denied_counted_and_not_passed_on() {
     let logged = origins.tables[0].denied_logged.load(Ordering::Relaxed);
     assert!(logged > 0, "the first refusal was logged");
     assert!(Origins::start(&[s3_table("/s3/", &[server.url()]).0], &[], 1).is_err(), "no credentials, no start");
+}
+
+/// Which of `parents` (their `host:port`) an object of `key` tries first.
+fn first_parent(key: &str, parents: &[&Server]) -> usize {
+    let ids: Vec<String> = parents.iter().map(|s| format!("127.0.0.1:{}", s.port)).collect();
+    (0..ids.len()).max_by_key(|&i| parent::score(key.as_bytes(), &ids[i])).unwrap()
+}
+
+#[tokio::test]
+async fn parents_are_asked_first_by_key_then_the_origin() {
+    let a = Server::start(|_| Reply::Keep(ok("from a"))).await;
+    let b = Server::start(|_| Reply::Keep(ok("from b"))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[format!("{}media/", origin.url())]);
+    t.parents = vec![format!("http://127.0.0.1:{}", a.port), format!("http://127.0.0.1:{}", b.port)];
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    let mut seen = [0, 0];
+    for n in 0..8 {
+        let path = format!("t{n}/seg.m4s");
+        let want = first_parent(&format!("/vod/{path}"), &[&a, &b]);
+        for _ in 0..2 {
+            let got = fetch(&origins, 0, get(&path)).await.unwrap();
+            assert_eq!(got.body, if want == 0 { &b"from a"[..] } else { &b"from b"[..] }, "{path}");
+        }
+        seen[want] += 1;
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "8 keys on one parent: {seen:?}");
+    let head = a.heads.lock().unwrap()[0].clone();
+    assert!(head.starts_with("GET /vod/t"), "a parent is asked for the viewer's path: {head}");
+    assert!(head.contains(&format!("via: 1.1 test.{}\r\n", std::process::id())), "{head}");
+    assert_eq!(origin.heads.lock().unwrap().len(), 0, "the origin is not asked while the parents answer");
+    let stats = origins.parent_stats();
+    assert_eq!(stats.iter().map(|p| p.stats.requests).sum::<u64>(), 16);
+    assert!(stats.iter().all(|p| p.up));
+}
+
+#[tokio::test]
+async fn a_failing_parent_is_skipped_then_the_origin_answers() {
+    // A 5xx moves on without marking the parent down; no connection marks it down.
+    let busy = Server::start(|_| Reply::Keep(response("HTTP/1.1 503 No\r\nContent-Length: 0", ""))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let dead = refused_url();
+    let mut t = table("/vod/", &[origin.url()]);
+    t.parents = vec![format!("http://127.0.0.1:{}", busy.port), dead.clone()];
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    for n in 0..4 {
+        let got = fetch(&origins, 0, get(&format!("{n}.mp4"))).await.unwrap();
+        assert_eq!(got.body, b"from origin");
+    }
+    let stats = origins.parent_stats();
+    let (busy_stats, dead_stats) = (&stats[0], &stats[1]);
+    assert!(busy_stats.up, "a 5xx does not mark a parent down");
+    assert_eq!(busy_stats.stats.requests, 4);
+    assert!(!dead_stats.up);
+    assert_eq!((dead_stats.stats.requests, dead_stats.marked_down), (1, 1), "asked once, then skipped");
+    assert_eq!(errors(&dead_stats.stats, "connect"), 1);
+    assert_eq!(origin.heads.lock().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_parents_508_ends_the_request() {
+    let looping = Server::start(|_| Reply::Keep(response("HTTP/1.1 508 Loop Detected\r\nContent-Length: 0", ""))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[origin.url()]);
+    t.parents = vec![format!("http://127.0.0.1:{}", looping.port)];
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    assert!(matches!(fetch(&origins, 0, get("a.mp4")).await, Err(OriginError::Loop)));
+    assert_eq!(origin.heads.lock().unwrap().len(), 0, "a loop is not hidden by the origin");
+    assert_eq!(errors(&origins.parent_stats()[0].stats, "loop"), 1);
+    assert!(origins.parent_stats()[0].up);
+}
+
+#[test]
+fn via_entries_are_matched_by_received_by_name() {
+    assert!(via_names(b"1.1 edge:8080", b"edge:8080"));
+    assert!(via_names(b"1.0 cdn (x), 1.1   edge:8080 (linerate)", b"edge:8080"));
+    assert!(!via_names(b"1.1 edge:8081, 1.1 edge:80800", b"edge:8080"));
+    assert!(!via_names(b"edge:8080", b"edge:8080"), "the first word is the protocol");
+    assert!(!via_names(b"", b"edge:8080"));
+}
+
+#[test]
+fn this_node_is_left_out_of_its_parents() {
+    let mut t = table("/vod/", &["http://127.0.0.1:1/".into()]);
+    t.parents = vec!["http://127.0.0.1:8081".into(), "http://127.0.0.1:8082".into()];
+    let node = Node { name: "n".into(), listen: vec!["0.0.0.0:8081".parse().unwrap()] };
+    let origins = Origins::start_as(&[t], &[], 1, node).unwrap();
+    let parents: Vec<String> = origins.parent_stats().into_iter().map(|p| p.stats.url).collect();
+    assert_eq!(parents, ["http://127.0.0.1:8082"]);
 }

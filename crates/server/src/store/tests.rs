@@ -17,6 +17,7 @@ fn config(dirs: &[&Path], max_size_bytes: u64) -> CacheConfig {
         slice_bytes: SLICE,
         dirs: dirs.iter().map(|p| CacheDir { path: p.to_path_buf(), max_size_bytes, min_free_bytes: 0 }).collect(),
         fsync: false,
+        node_name: None,
     }
 }
 

@@ -64,6 +64,7 @@ impl Failure {
     pub(crate) fn status(&self) -> u16 {
         match self {
             Failure::Origin { timeout: true, .. } => 504,
+            Failure::Origin { kind: "loop", .. } => 508,
             _ => 502,
         }
     }
@@ -159,6 +160,7 @@ impl Cache {
                 let req = OriginRequest {
                     path: key.origin_path.clone(),
                     query: key.origin_query.clone(),
+                    via: key.via.clone(),
                     range: Some((first, last)),
                     ..OriginRequest::default()
                 };
@@ -327,5 +329,7 @@ mod tests {
         let t = Failure::Origin { kind: "timeout", detail: String::new(), timeout: true };
         assert_eq!(t.status(), 504);
         assert_eq!(Failure::Replaced.status(), 502);
+        assert_eq!(Failure::origin(OriginError::Loop).status(), 508);
+        assert_eq!(Failure::origin(OriginError::Status(503)).status(), 502);
     }
 }

@@ -19,6 +19,9 @@ pub(crate) struct Key {
     pub origin_path: Vec<u8>,
     /// The named arguments, sent to the origin as its query.
     pub origin_query: Option<Vec<u8>>,
+    /// The viewer request's `Via` field: the origin or parent requests it
+    /// causes carry it on, this node's entry appended (not part of the key).
+    pub via: Option<Vec<u8>>,
 }
 
 impl Key {
@@ -40,7 +43,7 @@ impl Key {
             text.extend_from_slice(&selected);
         }
         let origin_query = (!selected.is_empty()).then_some(selected);
-        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query }
+        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query, via: None }
     }
 }
 

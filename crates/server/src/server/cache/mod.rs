@@ -294,6 +294,7 @@ impl Cache {
         let mut req = OriginRequest {
             path: key.origin_path.clone(),
             query: key.origin_query.clone(),
+            via: key.via.clone(),
             range: Some((index * s, index * s + s - 1)),
             ..OriginRequest::default()
         };

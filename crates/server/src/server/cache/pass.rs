@@ -54,6 +54,7 @@ impl Cache {
                 head,
                 path: key.origin_path.clone(),
                 query: key.origin_query.clone(),
+                via: key.via.clone(),
                 range,
                 forwarded,
                 ..OriginRequest::default()

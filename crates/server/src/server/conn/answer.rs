@@ -84,7 +84,19 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             absolute_path(&self.path, dir_syntax, &mut self.scratch);
             if let Some((table, rest)) = cache.origins.route(&self.scratch) {
                 let args = &cache.origins.table(table).key_args;
-                let key = Arc::new(Key::new(&self.scratch, rest, target.query, args));
+                let mut key = Key::new(&self.scratch, rest, target.query, args);
+                let via = super::cached::raw_fields(
+                    &self.buf[self.head_at.0 as usize..self.head_at.1 as usize],
+                    &["Via".to_string()],
+                );
+                key.via = via.into_iter().next().map(|(_, v)| v);
+                // A request this node sent already: the parents form a loop, and
+                // forwarding it again would go round for ever.
+                if key.via.as_deref().is_some_and(|v| cache.origins.via_names_me(v)) {
+                    cache.origins.refused_loop(&self.scratch, key.via.as_deref().unwrap_or_default());
+                    return Ok(self.send_error(Status::LoopDetected, keep_alive).await?);
+                }
+                let key = Arc::new(key);
                 let cache = cache.clone();
                 return self.send_cached(&cache, table, key, keep_alive).await;
             }

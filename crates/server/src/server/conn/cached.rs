@@ -90,7 +90,11 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             Opened::Failed(f) => {
                 self.note_cache(CacheStatus::Miss, started);
                 tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "origin: {f}");
-                let status = if f.status() == 504 { Status::GatewayTimeout } else { Status::BadGateway };
+                let status = match f.status() {
+                    504 => Status::GatewayTimeout,
+                    508 => Status::LoopDetected,
+                    _ => Status::BadGateway,
+                };
                 Ok(self.send_error(status, keep_alive).await?)
             }
         }
@@ -153,7 +157,11 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let passed = match cache.pass(table, key, head, range, forwarded).await {
             Ok(p) => p,
             Err(f) => {
-                let status = if f.status() == 504 { Status::GatewayTimeout } else { Status::BadGateway };
+                let status = match f.status() {
+                    504 => Status::GatewayTimeout,
+                    508 => Status::LoopDetected,
+                    _ => Status::BadGateway,
+                };
                 return Ok(self.send_error(status, keep_alive).await?);
             }
         };

@@ -305,7 +305,9 @@ fn start_cache(config: &Config, fill: Option<&Arc<FillPool>>, domains: usize) ->
         "cache store open"
     );
     let credentials = config.s3_credentials().map_err(|(key, problem)| anyhow::anyhow!("key `{key}`: {problem}"))?;
-    let origins = crate::origin::Origins::start(&config.origin, &credentials, domains.max(2))?;
+    let node = crate::origin::Node { name: config.cache.node_name(&config.listen), listen: config.listen.clone() };
+    tracing::info!(node = %node.name, "cache node name (Via)");
+    let origins = crate::origin::Origins::start_as(&config.origin, &credentials, domains.max(2), node)?;
     Ok(Some(Cache::new(origins, store)))
 }
 
