@@ -555,6 +555,13 @@ impl Store {
         let _ = s.append(old.dir, &Record::DropObject { seq, key: *key });
     }
 
+    /// Whether slice `index` of the version `version` is in the index, without
+    /// the check of its file that [`Store::slice`] makes.
+    pub(crate) fn indexed(&self, key: &KeyHash, version: &ObjectMeta, index: u64) -> bool {
+        let shard = self.shared.shard(key);
+        shard.objects.get(key).filter(|e| e.meta.same_version(version)).is_some_and(|e| e.slices.contains_key(&index))
+    }
+
     /// A committed slice of the object's version `version`, checked against its
     /// file with one `stat`: a file that is missing or not the one recorded
     /// (size, inode, mtime) is dropped from the index and reported absent. A

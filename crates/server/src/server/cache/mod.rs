@@ -207,9 +207,9 @@ impl Cache {
     }
 
     /// Whether the slice holding byte `offset` of the object `meta` describes is
-    /// stored (a byte past the end needs none).
+    /// in the index (a byte past the end needs none): no look at its file.
     pub(crate) fn has_slice(&self, key: &Key, meta: &ObjectMeta, offset: u64) -> bool {
-        offset >= meta.size || self.store.slice(&key.hash, meta, offset / self.slice_bytes).is_some()
+        offset >= meta.size || self.store.indexed(&key.hash, meta, offset / self.slice_bytes)
     }
 
     /// Counts a response from an object under the status it was logged with.

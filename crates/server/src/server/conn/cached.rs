@@ -46,10 +46,13 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let opened = cache.open(table, &key, first_wanted(self.req.range())).await;
         match opened {
             Opened::Object { meta, status } => {
-                // The head says MISS when the first slice a body needs is not stored.
+                // X-Cache says MISS when the first slice a body needs is not
+                // indexed (only asked when the field is sent: the log and the
+                // counters go by what the body took, below).
                 let guess = match status {
                     CacheStatus::Hit
-                        if self.req.method == Method::Get
+                        if self.settings.config.debug_headers
+                            && self.req.method == Method::Get
                             && !cache.has_slice(&key, &meta, first_wanted(self.req.range())) =>
                     {
                         CacheStatus::Miss
