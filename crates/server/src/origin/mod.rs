@@ -313,19 +313,8 @@ impl Origins {
             }
         }
         for (i, url) in t.urls.iter().enumerate() {
-            url.counters.count_request();
-            let e = match self.exchange(t, url, req).await {
-                Ok((response, conn, first_byte)) => {
-                    let status = response.status().as_u16();
-                    url.counters.count_head(status, first_byte);
-                    let response = OriginResponse::new(
-                        response,
-                        req.head,
-                        conn,
-                        (i, url.clone()),
-                        first_byte,
-                        t.config.idle_timeout,
-                    );
+            let e = match self.counted_exchange(t, (i, url), req, true).await {
+                Ok((response, status)) => {
                     if t.s3.is_some() && matches!(status, 401 | 403) {
                         self.denied(table, t, url, response).await
                     } else if status < 500 {
@@ -366,25 +355,12 @@ impl Origins {
                 continue;
             }
             let url = &p.url;
-            url.counters.count_request();
-            let e = match self.exchange_as(t, url, req, false).await {
-                Ok((response, conn, first_byte)) => {
-                    let status = response.status().as_u16();
-                    url.counters.count_head(status, first_byte);
-                    let response = OriginResponse::new(
-                        response,
-                        req.head,
-                        conn,
-                        (i, url.clone()),
-                        first_byte,
-                        t.config.idle_timeout,
-                    );
-                    match status {
-                        508 => OriginError::Loop,
-                        500.. => OriginError::Status(status),
-                        _ => return Ok(response),
-                    }
-                }
+            let e = match self.counted_exchange(t, (i, url), req, false).await {
+                Ok((response, status)) => match status {
+                    508 => OriginError::Loop,
+                    500.. => OriginError::Status(status),
+                    _ => return Ok(response),
+                },
                 Err(e) => e,
             };
             url.counters.count_error(&e);
@@ -404,20 +380,29 @@ impl Origins {
         Err(last)
     }
 
-    /// One request to one URL, up to its response head: on a pooled connection
-    /// when there is one, else on a new one.
-    async fn exchange(
+    /// [`Origins::exchange`] to URL `i` of its list, counted in the URL's
+    /// counters (the request, and the head's status and first-byte time), its
+    /// answer ready to be read; with the head's status.
+    async fn counted_exchange(
         &self,
-        table: &Table,
-        url: &Arc<Url>,
+        t: &Table,
+        (i, url): (usize, &Arc<Url>),
         req: &OriginRequest,
-    ) -> Result<(http::Response<hyper::body::Incoming>, Conn, Duration), OriginError> {
-        self.exchange_as(table, url, req, true).await
+        origin: bool,
+    ) -> Result<(OriginResponse, u16), OriginError> {
+        url.counters.count_request();
+        let (response, conn, first_byte) = self.exchange(t, url, req, origin).await?;
+        let status = response.status().as_u16();
+        url.counters.count_head(status, first_byte);
+        let response =
+            OriginResponse::new(response, req.head, conn, (i, url.clone()), first_byte, t.config.idle_timeout);
+        Ok((response, status))
     }
 
-    /// [`Origins::exchange`]; `origin`: to one of the table's `urls` (signed for
-    /// an S3 table), not to a parent.
-    async fn exchange_as(
+    /// One request to one URL, up to its response head: on a pooled connection
+    /// when there is one, else on a new one. `origin`: to one of the table's
+    /// `urls` (signed for an S3 table), not to a parent.
+    async fn exchange(
         &self,
         table: &Table,
         url: &Arc<Url>,

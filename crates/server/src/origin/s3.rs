@@ -70,16 +70,12 @@ impl Signer {
             "linerate",
         )
         .into();
-        let mut settings = SigningSettings::default();
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(&self.region)
             .name("s3")
             .time(time)
-            .settings(settings)
+            .settings(signing_settings())
             .build()
             .map_err(|e| format!("S3 signing parameters: {e}"))?
             .into();
@@ -117,6 +113,16 @@ pub(super) fn error_code(body: &[u8]) -> Option<&str> {
     let code = &text[start..start + len];
     (!code.is_empty() && code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'))
         .then_some(code)
+}
+
+/// How S3 wants a request signed: the `x-amz-content-sha256` field, the path
+/// encoded once (the client already encoded it as S3 does) and not normalised.
+fn signing_settings() -> SigningSettings {
+    let mut settings = SigningSettings::default();
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    settings
 }
 
 #[cfg(test)]
@@ -224,16 +230,12 @@ mod tests {
     /// example's empty-body hash instead of UNSIGNED-PAYLOAD.
     fn example_signature(r: &http::Request<Empty<Bytes>>) -> String {
         let identity = Credentials::new(AKID, SECRET, None, None, "test").into();
-        let mut settings = SigningSettings::default();
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region("us-east-1")
             .name("s3")
             .time(example_time())
-            .settings(settings)
+            .settings(signing_settings())
             .build()
             .unwrap()
             .into();
