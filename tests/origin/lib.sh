@@ -16,6 +16,8 @@
 # for the caller to fill) on port 80 with `sendfile on` and an access log of one
 # tab-separated line per request:
 #     msec  request-line  status  body-bytes-sent  Range-or-"-"  request-time  connection
+# ORIGIN_LOCATIONS, if set, is nginx text put in that server before its `location /`
+# (for example a location adding Cache-Control to playlists).
 # A `tbf` qdisc on both ends of the veth caps each direction at ORIGIN_RATE (tc's
 # units, default 1gbit; 0 for none); ORIGIN_WORKERS sets nginx's workers (default 1,
 # which sends far more than 1 Gb/s). The latency is Toxiproxy's, a real TCP proxy on
@@ -274,6 +276,7 @@ http {
     server {
         listen 80 default_server;
         root $ORIGIN_ROOT;
+        ${ORIGIN_LOCATIONS:-}
         location / { $origin_status_line }
     }
     server {
