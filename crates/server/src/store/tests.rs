@@ -160,8 +160,8 @@ fn a_journal_of_the_format_in_seconds_keeps_its_cache() {
             continue;
         };
         let mut f: Vec<String> = rest.rsplit_once(' ').unwrap().0.split(' ').map(str::to_string).collect();
-        for i in 6..9 {
-            f[i] = (f[i].parse::<i64>().unwrap() / 1000).to_string();
+        for deadline in &mut f[6..9] {
+            *deadline = (deadline.parse::<i64>().unwrap() / 1000).to_string();
         }
         let body = format!("O {}", f.join(" "));
         let sum = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));

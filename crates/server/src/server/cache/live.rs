@@ -23,6 +23,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -81,6 +82,11 @@ impl Live {
 impl Cache {
     /// The answer of unknown length of `key` under way, if any.
     pub(super) fn live_of(&self, key: &Key) -> Option<Arc<Live>> {
+        // Raised before the head request that starts a stream leaves `opening`,
+        // so a viewer that found no head request under way sees it.
+        if self.live_count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         lock(&self.live).get(&key.hash).filter(|l| l.key == key.text).cloned()
     }
 
@@ -106,7 +112,9 @@ impl Cache {
         });
         // Before the head request leaves `opening`: a viewer arriving meanwhile
         // finds one or the other, never neither.
-        lock(&self.live).insert(key.hash, live.clone());
+        if lock(&self.live).insert(key.hash, live.clone()).is_none() {
+            self.live_count.fetch_add(1, Ordering::AcqRel);
+        }
         self.stats.fills.add(1);
         let (cache, key, ours) = (self.clone(), key.clone(), live.clone());
         self.origins.spawn(async move {
@@ -130,6 +138,7 @@ impl Cache {
             let mut live = lock(&cache.live);
             if live.get(&key.hash).is_some_and(|l| Arc::ptr_eq(l, &ours)) {
                 live.remove(&key.hash);
+                cache.live_count.fetch_sub(1, Ordering::AcqRel);
             }
         });
         Opened::Live(live)

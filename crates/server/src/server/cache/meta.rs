@@ -24,7 +24,8 @@ pub(crate) enum Uncacheable {
     /// (`forward_headers`), or on everything (`Vary: *`): one stored copy could
     /// not answer every viewer.
     Vary,
-    /// No length, so it cannot be cut into slices.
+    /// A part without the object's size (`Content-Range: bytes 0-99/*`), so it
+    /// cannot be cut into slices. (A 200 without a length is streamed: `live`.)
     NoLength,
     /// The origin sent the whole object to a range request, and it is larger than
     /// one slice: it cannot be filled slice by slice.

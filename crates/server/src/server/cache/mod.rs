@@ -14,9 +14,13 @@
 //!    revalidated (`If-None-Match` / `If-Modified-Since`; a 304 refreshes it
 //!    without a refetch), in the background within `stale-while-revalidate`, or
 //!    served stale within `stale-if-error` when the origin fails. 404 and 410 are
-//!    kept for `negative_ttl`. A response that may not be stored for every viewer
-//!    (`no-store`, `private`, `Set-Cookie`, `Vary` on a forwarded field or `*`, no
-//!    length) is passed through to each viewer by a request of its own (`pass`).
+//!    kept for `negative_ttl`. Deadlines are in milliseconds (live playlists live
+//!    for a second or less). A 200 without a length (a live segment still being
+//!    encoded) is streamed to every viewer as it arrives and stored once whole
+//!    (`live`). A response that may not be stored for every viewer (`no-store`,
+//!    `private`, `Set-Cookie`, `Vary` on a forwarded field or `*`, a 206 without
+//!    the object's size) is passed through to each viewer by a request of its own
+//!    (`pass`).
 //! 3. **Slices** (`fill`, `serve`): the viewer's ranges map onto aligned slices of
 //!    `cache.slice_bytes`. A stored slice is a file, sent exactly as local content
 //!    is: `sendfile` or kernel TLS, through the page-cache path (residency check and
@@ -37,7 +41,7 @@ pub(crate) mod serve;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -163,6 +167,9 @@ pub(crate) struct Cache {
     passing: Mutex<HashMap<KeyHash, (Instant, Uncacheable)>>,
     /// Answers of unknown length under way or being stored, by object.
     live: Mutex<HashMap<KeyHash, Arc<Live>>>,
+    /// Entries in `live`: while it is 0, as it nearly always is, a request does
+    /// not take its lock.
+    live_count: AtomicUsize,
     pub stats: CacheStats,
 }
 
@@ -176,6 +183,7 @@ impl Cache {
             opening: Mutex::default(),
             passing: Mutex::default(),
             live: Mutex::default(),
+            live_count: AtomicUsize::new(0),
             stats: CacheStats::default(),
         })
     }
