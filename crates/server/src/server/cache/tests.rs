@@ -329,3 +329,87 @@ fn a_cut_answer_of_unknown_length_fails_and_is_not_stored() {
         assert_eq!(origin.requests(), 2);
     });
 }
+
+/// Everything a viewer's connection was sent.
+#[derive(Default)]
+struct Sink(Vec<u8>);
+
+impl crate::transport::Transport for Sink {
+    const KIND: crate::counters::TransportKind = crate::counters::TransportKind::Plain;
+
+    async fn read(&mut self, _: &mut Vec<u8>) -> std::io::Result<usize> {
+        Ok(0)
+    }
+
+    async fn write_all(&mut self, bytes: &[u8], _: bool) -> Result<(), crate::transport::SendError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    async fn send_file(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), crate::transport::SendError> {
+        let mut buf = vec![0; len as usize];
+        file.read_exact_at(&mut buf, offset)?;
+        self.0.extend_from_slice(&buf);
+        Ok(())
+    }
+
+    fn body_bytes_sent(&self) -> u64 {
+        0
+    }
+
+    async fn close(&mut self, _: bool) {}
+}
+
+/// A live body fed by hand: `pieces` written one by one, then `end`; what a
+/// viewer following it from the start is sent, chunked or not.
+fn followed(pieces: &[&[u8]], end: Result<(), Failure>, chunked: bool) -> (Vec<u8>, Result<u64, String>) {
+    let file = Arc::new(fill::memory_file());
+    let (tx, rx) = tokio::sync::watch::channel(FillState { file: Some(file.clone()), written: 0, end: None });
+    let live = Live {
+        key: b"/live/x.ts".to_vec(),
+        etag: None,
+        last_modified: None,
+        content_type: None,
+        stored_at: 0,
+        body: rx,
+    };
+    runtime().block_on(async {
+        let feed = async {
+            let mut written = 0u64;
+            for p in pieces {
+                file.write_all_at(p, written).unwrap();
+                written += p.len() as u64;
+                tx.send_modify(|s| s.written = written);
+                // Each piece reaches the viewer before the next is written.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tx.send_modify(|s| s.end = Some(end));
+        };
+        let mut io = Sink::default();
+        let mut progress = crate::server::pagecache::Progress::default();
+        let (r, ()) = tokio::join!(live::follow_live(&mut io, &live, chunked, &mut progress), feed);
+        (io.0, r.map_err(|e| e.to_string()))
+    })
+}
+
+#[test]
+fn a_live_body_is_sent_a_chunk_per_piece_and_ends_with_the_last_chunk() {
+    let (out, r) = followed(&[b"abc", b"0123456789abcdef!"], Ok(()), true);
+    assert_eq!(String::from_utf8(out).unwrap(), "3\r\nabc\r\n11\r\n0123456789abcdef!\r\n0\r\n\r\n");
+    assert_eq!(r, Ok(3 + 2 + 4 + 2 + 5), "framing bytes: each size line and CRLF, and the last chunk");
+    let (out, r) = followed(&[b"abc", b"de"], Ok(()), false);
+    assert_eq!((out.as_slice(), r), (&b"abcde"[..], Ok(0)), "HTTP/1.0: the bytes alone");
+}
+
+#[test]
+fn a_cut_live_body_ends_the_response_without_the_last_chunk() {
+    let cut = Failure::Origin { kind: "reset", detail: "reset".into(), timeout: false };
+    let (out, r) = followed(&[b"abc", b"de"], Err(cut), true);
+    assert_eq!(String::from_utf8(out).unwrap(), "3\r\nabc\r\n2\r\nde\r\n", "what arrived, and no last chunk");
+    assert!(r.is_err());
+}
