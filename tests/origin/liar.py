@@ -21,6 +21,18 @@ missing):
   head    a 100 KiB response head (one header field of 102,400 bytes of value):
           more than any sane head limit.
 
+Live modes, an origin sending what it is still making (only by path prefix):
+
+  chunked   a 200 of the whole file, whatever the Range, with Transfer-Encoding:
+            chunked and no length, in CHUNKS chunks CHUNK_MS ms apart (a segment
+            the encoder is still writing).
+  chunkcut  the same, but after half the chunks it sends half of the next one
+            and closes the connection: a body cut mid-chunk.
+  tick      a 200, chunked, of TICKS chunks TICK_MS ms apart, each a line
+            "T <send time in ns since the epoch>" padded to TICK_BYTES bytes:
+            the time each chunk left the origin, for a viewer to measure how long
+            it took to reach it. The file named need not exist.
+
 Each response is logged in the rig's access log format, one line per request, tab
 separated: msec, request line, status, body bytes sent, Range (or -), request time
 in seconds, connection (`L` and a number). Standard library only.
@@ -37,6 +49,9 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ("honest", "short", "long", "range", "head")
+LIVE_MODES = ("chunked", "chunkcut", "tick")
+CHUNKS, CHUNK_MS = 10, 100
+TICKS, TICK_MS, TICK_BYTES = 40, 50, 1000
 SHIFT = 4096
 HEAD_PAD = 100 * 1024
 
@@ -96,10 +111,13 @@ class Handler(BaseHTTPRequestHandler):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         parts = path.lstrip("/").split("/", 1)
         mode = current_mode()
-        if parts[0] in MODES and len(parts) == 2:
+        if parts[0] in MODES + LIVE_MODES and len(parts) == 2:
             mode, path = parts[0], "/" + parts[1]
         rel = os.path.normpath(path.lstrip("/"))
         full = os.path.join(args.root, rel)
+        if mode in LIVE_MODES and not head_only and (mode == "tick" or os.path.isfile(full)):
+            self.serve_live(mode, full, t0)
+            return
         if rel.startswith("..") or not os.path.isfile(full):
             body = b"not found\n"
             self.send_response(404)
@@ -161,6 +179,58 @@ class Handler(BaseHTTPRequestHandler):
                         break
                     left -= len(chunk)
         self.finish_log(status, sent, t0)
+
+
+    def serve_live(self, mode, full, t0):
+        self.send_response(200)
+        self.send_header("Content-Type", "video/mp2t")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "max-age=3600")
+        self.end_headers()
+        try:
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+            return
+        sent = 0
+        if mode == "tick":
+            pieces = [None] * TICKS
+            gap = TICK_MS
+        else:
+            with open(full, "rb") as f:
+                data = f.read()
+            step = -(-len(data) // CHUNKS)
+            pieces = [data[i:i + step] for i in range(0, len(data), step)]
+            gap = CHUNK_MS
+        for i, piece in enumerate(pieces):
+            if i > 0:
+                time.sleep(gap / 1000)
+            if piece is None:
+                line = b"T %d\n" % time.time_ns()
+                piece = line + b"." * (TICK_BYTES - len(line) - 1) + b"\n"
+            frame = b"%x\r\n" % len(piece) + piece + b"\r\n"
+            if mode == "chunkcut" and i == len(pieces) // 2:
+                self.send(frame[:len(frame) // 2])
+                sent += len(piece) // 2
+                self.close_connection = True
+                try:
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass
+                self.finish_log(200, sent, t0)
+                return
+            if self.send(frame) < len(frame):
+                self.finish_log(200, sent, t0)
+                return
+            try:
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+                return
+            sent += len(piece)
+        self.send(b"0\r\n\r\n")
+        self.finish_log(200, sent, t0)
 
 
 class Server(ThreadingHTTPServer):

@@ -59,6 +59,9 @@
 #       4096 less than the body sent), range (a Content-Range 4096 bytes off), head (a
 #       100 KiB response head), honest (off). A path prefix picks a mode for one
 #       request whatever is set: ORIGIN_LIAR_URL/short/title1.bin (liar.py says more).
+#       Live modes, by path prefix only: chunked (a title sent chunked, without a
+#       length, in chunks 100 ms apart), chunkcut (the same, cut mid-chunk), tick
+#       (chunks stamped with their send time).
 #
 # Counting, from the origin's own log (a request is logged when nginx has sent its
 # last byte; origin_settle first when transfers may still be running):

@@ -4,14 +4,17 @@
 //! A line is a record's fields separated by spaces, then its FNV-1a checksum:
 //!
 //! ```text
-//! O <seq> <key> <gen> <status> <size> <stored_at> <fresh_until> <swr_until> <sie_until> <etag> <last_modified> <content_type> <full key>
+//! M <seq> <key> <gen> <status> <size> <stored_at> <fresh_until_ms> <swr_until_ms> <sie_until_ms> <etag> <last_modified> <content_type> <full key>
 //! S <seq> <key> <gen> <index> <len> <dev> <ino> <mtime_ns>
 //! s <seq> <key> <gen> <index>
 //! D <seq> <key>
 //! ```
 //!
-//! `O` records an object's metadata, `S` a committed slice, `s` a dropped slice,
-//! `D` a dropped object. Keys are hex; byte strings are `-` (none) or `x` and hex.
+//! `M` records an object's metadata, `S` a committed slice, `s` a dropped slice,
+//! `D` a dropped object. `stored_at` is in Unix seconds, the three deadlines in
+//! Unix milliseconds. Journals written before deadlines had milliseconds hold `O`
+//! records instead, the same fields with the deadlines in seconds: they are still
+//! read (a restart after an upgrade keeps the cache), and never written. Keys are hex; byte strings are `-` (none) or `x` and hex.
 //! Text rather than binary: a journal is read with `less` when a cache misbehaves,
 //! and parsing 100,000 records takes milliseconds either way.
 //!
@@ -78,14 +81,14 @@ impl Record {
             Record::Object { seq, key, gen, meta } => {
                 let _ = write!(
                     out,
-                    "O {seq} {} {gen} {} {} {} {} {} {} ",
+                    "M {seq} {} {gen} {} {} {} {} {} {} ",
                     hex(key),
                     meta.status,
                     meta.size,
                     meta.stored_at,
-                    meta.fresh_until,
-                    meta.stale_while_revalidate_until,
-                    meta.stale_if_error_until
+                    meta.fresh_until_ms,
+                    meta.stale_while_revalidate_until_ms,
+                    meta.stale_if_error_until_ms
                 );
                 for field in [&meta.etag, &meta.last_modified, &meta.content_type] {
                     encode_bytes(field.as_deref(), out);
@@ -123,14 +126,19 @@ impl Record {
         let seq = f.next()?.parse().ok()?;
         let key = parse_key(f.next()?)?;
         let record = match kind {
-            "O" => {
+            "M" | "O" => {
+                // `O`: the format before milliseconds, deadlines in seconds.
+                let unit: i64 = if kind == "O" { 1000 } else { 1 };
+                let deadline = |f: &mut std::str::Split<'_, char>| -> Option<i64> {
+                    Some(f.next()?.parse::<i64>().ok()?.saturating_mul(unit))
+                };
                 let gen = f.next()?.parse().ok()?;
                 let status = f.next()?.parse().ok()?;
                 let size = f.next()?.parse().ok()?;
                 let stored_at = f.next()?.parse().ok()?;
-                let fresh_until = f.next()?.parse().ok()?;
-                let stale_while_revalidate_until = f.next()?.parse().ok()?;
-                let stale_if_error_until = f.next()?.parse().ok()?;
+                let fresh_until_ms = deadline(&mut f)?;
+                let stale_while_revalidate_until_ms = deadline(&mut f)?;
+                let stale_if_error_until_ms = deadline(&mut f)?;
                 let etag = decode_bytes(f.next()?)?;
                 let last_modified = decode_bytes(f.next()?)?;
                 let content_type = decode_bytes(f.next()?)?;
@@ -143,9 +151,9 @@ impl Record {
                     last_modified,
                     content_type,
                     stored_at,
-                    fresh_until,
-                    stale_while_revalidate_until,
-                    stale_if_error_until,
+                    fresh_until_ms,
+                    stale_while_revalidate_until_ms,
+                    stale_if_error_until_ms,
                 };
                 Record::Object { seq, key, gen, meta: Arc::new(meta) }
             }
@@ -401,9 +409,9 @@ mod tests {
             last_modified: None,
             content_type: Some(Vec::new()),
             stored_at: 1_700_000_000,
-            fresh_until: 1_700_000_600,
-            stale_while_revalidate_until: -1,
-            stale_if_error_until: 0,
+            fresh_until_ms: 1_700_000_600_250,
+            stale_while_revalidate_until_ms: -1,
+            stale_if_error_until_ms: 0,
         }
     }
 
@@ -431,6 +439,34 @@ mod tests {
             assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1, "one line: {line:?}");
             assert_eq!(Record::decode(&line[..line.len() - 1]), Some(r));
         }
+    }
+
+    /// Written by the format before milliseconds (deadlines in seconds, kind `O`):
+    /// read with the deadlines in milliseconds, and written back as `M`.
+    #[test]
+    fn records_of_the_format_in_seconds_are_still_read() {
+        let body = format!(
+            "O 5 {} 5 200 1048576 1700000000 1700000600 1700000630 1700003600 x22653122 - x766964656f2f6d7034 x2f766f642f612e6d7034",
+            hex(&[9; 16])
+        );
+        let line = format!("{body} {:016x}", fnv1a(body.as_bytes()));
+        let Some(Record::Object { seq, key, gen, meta }) = Record::decode(line.as_bytes()) else {
+            panic!("an O record is read: {line}");
+        };
+        assert_eq!((seq, key, gen), (5, [9; 16], 5));
+        assert_eq!((meta.status, meta.size, meta.stored_at), (200, 1 << 20, 1_700_000_000));
+        assert_eq!(
+            (meta.fresh_until_ms, meta.stale_while_revalidate_until_ms, meta.stale_if_error_until_ms),
+            (1_700_000_600_000, 1_700_000_630_000, 1_700_003_600_000)
+        );
+        assert_eq!(
+            (meta.etag.as_deref(), meta.last_modified.as_deref(), meta.content_type.as_deref(), meta.key.as_slice()),
+            (Some(&b"\"e1\""[..]), None, Some(&b"video/mp4"[..]), &b"/vod/a.mp4"[..])
+        );
+        let mut again = Vec::new();
+        Record::Object { seq, key, gen, meta: meta.clone() }.encode(&mut again);
+        assert!(again.starts_with(b"M 5 "), "written in the new format: {}", String::from_utf8_lossy(&again));
+        assert_eq!(Record::decode(&again[..again.len() - 1]), Some(Record::Object { seq, key, gen, meta }));
     }
 
     #[test]

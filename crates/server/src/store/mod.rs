@@ -119,11 +119,15 @@ pub(crate) struct ObjectMeta {
     pub etag: Option<Vec<u8>>,
     pub last_modified: Option<Vec<u8>>,
     pub content_type: Option<Vec<u8>>,
-    /// Unix seconds.
+    /// Unix seconds: when the object was fetched (a made-up ETag and a missing
+    /// Last-Modified come from it).
     pub stored_at: i64,
-    pub fresh_until: i64,
-    pub stale_while_revalidate_until: i64,
-    pub stale_if_error_until: i64,
+    /// Unix milliseconds: fresh until then, servable while revalidating until
+    /// the second, and when the origin fails until the third. Milliseconds, so a
+    /// live playlist's lifetime of 500 ms ends when it should.
+    pub fresh_until_ms: i64,
+    pub stale_while_revalidate_until_ms: i64,
+    pub stale_if_error_until_ms: i64,
 }
 
 impl ObjectMeta {

@@ -46,9 +46,9 @@ fn meta(key: &str, size: u64, etag: &str) -> ObjectMeta {
         last_modified: None,
         content_type: Some(b"video/mp4".to_vec()),
         stored_at: 1_700_000_000,
-        fresh_until: 1_700_000_600,
-        stale_while_revalidate_until: 1_700_000_600,
-        stale_if_error_until: 1_700_000_600,
+        fresh_until_ms: 1_700_000_600_000,
+        stale_while_revalidate_until_ms: 1_700_000_600_000,
+        stale_if_error_until_ms: 1_700_000_600_000,
     }
 }
 
@@ -139,6 +139,53 @@ fn objects_and_slices_survive_a_reopen() {
     assert_eq!(lines.records.len(), 6);
 }
 
+/// A cache written before deadlines had milliseconds (`O` records, deadlines in
+/// seconds) is kept by a restart on the new format: its objects with their
+/// deadlines in milliseconds, its slices served; new records go on in `M`.
+#[test]
+fn a_journal_of_the_format_in_seconds_keeps_its_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let size = 2 * SLICE + 10;
+    let key = store_object(&open(&cfg), "/vod/old.mp4", size, "e1");
+    // The journal as the previous format wrote it: each `M` line made an `O` line,
+    // deadlines in whole seconds, checksum made again.
+    let path = tmp.path().join("index.journal");
+    let text = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+    let mut old = String::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("M ") else {
+            old.push_str(line);
+            old.push('\n');
+            continue;
+        };
+        let mut f: Vec<String> = rest.rsplit_once(' ').unwrap().0.split(' ').map(str::to_string).collect();
+        for deadline in &mut f[6..9] {
+            *deadline = (deadline.parse::<i64>().unwrap() / 1000).to_string();
+        }
+        let body = format!("O {}", f.join(" "));
+        let sum = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+        old.push_str(&format!("{body} {sum:016x}\n"));
+    }
+    assert!(old.contains("\nO ") && !old.contains("\nM "), "{old}");
+    std::fs::write(&path, old).unwrap();
+
+    let store = open(&cfg);
+    let m = store.object(&key).expect("the object is kept");
+    assert_eq!(*m, meta("/vod/old.mp4", size, "e1"), "deadlines read as seconds, held as milliseconds");
+    for index in 0..3 {
+        let len = expected_len(size, SLICE, index);
+        assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, len), "slice {index}");
+    }
+    let mut refreshed = (*m).clone();
+    refreshed.fresh_until_ms += 250;
+    store.put_object(&key, refreshed.clone()).unwrap();
+    drop(store);
+    let store = open(&cfg);
+    assert_eq!(*store.object(&key).unwrap(), refreshed, "a record of the new format after the old ones");
+    assert!(read_slice(&store, &key, 2).is_some(), "a refresh keeps the slices");
+}
+
 #[test]
 fn a_slice_is_invisible_until_committed() {
     let tmp = tempfile::tempdir().unwrap();
@@ -193,7 +240,7 @@ fn new_validators_drop_the_old_slices() {
     let key = store_object(&store, "k", 2 * SLICE, "v1");
     // A refresh with the same validators keeps them, with the new freshness.
     let mut refreshed = meta("k", 2 * SLICE, "v1");
-    refreshed.fresh_until += 600;
+    refreshed.fresh_until_ms += 600_000;
     store.put_object(&key, refreshed.clone()).unwrap();
     assert_eq!(*store.object(&key).unwrap(), refreshed);
     assert!(slice_now(&store, &key, 0).is_some() && slice_now(&store, &key, 1).is_some());
@@ -540,7 +587,7 @@ fn a_read_only_directory_is_passed_over() {
     assert_eq!(read_slice(&store, &x, 0).unwrap(), bytes_of(&x, 0, SLICE));
     // A refresh is kept in memory though its record cannot be written.
     let mut refreshed = meta(&x_name, 2 * SLICE, "e");
-    refreshed.fresh_until += 1;
+    refreshed.fresh_until_ms += 1;
     assert!(matches!(store.put_object(&x, refreshed.clone()), Err(StoreError::Unwritable { .. })));
     assert_eq!(*store.object(&x).unwrap(), refreshed);
     // A new object whose home is the read-only directory goes to the other.
@@ -748,7 +795,7 @@ fn compaction_keeps_exactly_the_live_records() {
     }
     let mut refreshed = meta(&x_name, 3 * SLICE, "e");
     for _ in 0..3 {
-        refreshed.fresh_until += 1;
+        refreshed.fresh_until_ms += 1;
         store.put_object(&x, refreshed.clone()).unwrap();
     }
     store.forget_slice(&x, 1);
@@ -820,7 +867,7 @@ fn a_long_journal_is_compacted_by_itself() {
     let key = store_object(&store, "k", SLICE, "e");
     let mut m = meta("k", SLICE, "e");
     for _ in 0..1100 {
-        m.fresh_until += 1;
+        m.fresh_until_ms += 1;
         store.put_object(&key, m.clone()).unwrap();
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -24,7 +24,8 @@ pub(crate) enum Uncacheable {
     /// (`forward_headers`), or on everything (`Vary: *`): one stored copy could
     /// not answer every viewer.
     Vary,
-    /// No length, so it cannot be cut into slices.
+    /// A part without the object's size (`Content-Range: bytes 0-99/*`), so it
+    /// cannot be cut into slices. (A 200 without a length is streamed: `live`.)
     NoLength,
     /// The origin sent the whole object to a range request, and it is larger than
     /// one slice: it cannot be filled slice by slice.
@@ -89,27 +90,32 @@ pub(super) fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
 }
 
 /// The metadata of an object from the head of a response that showed its size
-/// (`size`), at `now_secs`, under `table`'s defaults: fresh for the origin's
-/// lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or 410), stale
-/// windows from the origin's fields or the table's.
+/// (`size`), at `now_ms` (Unix milliseconds), under `table`'s defaults: fresh for
+/// the origin's lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or
+/// 410), stale windows from the origin's fields or the table's. The origin's
+/// fields count in seconds, the table's durations to the millisecond.
 pub(super) fn object_meta(
     key: &[u8],
     status: u16,
     size: u64,
     headers: &HeaderMap,
-    now_secs: i64,
+    now_ms: i64,
     table: &Origin,
 ) -> ObjectMeta {
+    let now_secs = now_ms.div_euclid(1000);
     let f = freshness(headers, now_secs);
     let negative = matches!(status, 404 | 410);
-    let lifetime = if negative {
-        f.lifetime_secs.unwrap_or(table.negative_ttl.as_secs()).min(table.negative_ttl.as_secs())
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let secs_ms = |s: u64| s.saturating_mul(1000);
+    let lifetime_ms = if negative {
+        f.lifetime_secs.map_or(ms(table.negative_ttl), secs_ms).min(ms(table.negative_ttl))
     } else {
-        f.lifetime_secs.unwrap_or(table.default_ttl.as_secs())
+        f.lifetime_secs.map_or(ms(table.default_ttl), secs_ms)
     };
-    let fresh_until = now_secs.saturating_add(lifetime as i64);
-    let swr = f.stale_while_revalidate_secs.unwrap_or(table.stale_while_revalidate.as_secs());
-    let sie = f.stale_if_error_secs.unwrap_or(table.stale_if_error.as_secs());
+    let after = |at: i64, d: u64| at.saturating_add(i64::try_from(d).unwrap_or(i64::MAX));
+    let fresh_until_ms = after(now_ms, lifetime_ms);
+    let swr_ms = f.stale_while_revalidate_secs.map_or(ms(table.stale_while_revalidate), secs_ms);
+    let sie_ms = f.stale_if_error_secs.map_or(ms(table.stale_if_error), secs_ms);
     ObjectMeta {
         key: key.to_vec(),
         status: if negative { status } else { 200 },
@@ -118,16 +124,16 @@ pub(super) fn object_meta(
         last_modified: field(headers, header::LAST_MODIFIED).map(<[u8]>::to_vec),
         content_type: field(headers, header::CONTENT_TYPE).map(<[u8]>::to_vec),
         stored_at: now_secs,
-        fresh_until,
-        stale_while_revalidate_until: fresh_until.saturating_add(swr as i64),
-        stale_if_error_until: fresh_until.saturating_add(sie as i64),
+        fresh_until_ms,
+        stale_while_revalidate_until_ms: after(fresh_until_ms, swr_ms),
+        stale_if_error_until_ms: after(fresh_until_ms, sie_ms),
     }
 }
 
 /// The same metadata made fresh again by a 304 (or a response of the same
-/// version) at `now_secs`, with the lifetime its fields give.
-pub(super) fn refreshed(old: &ObjectMeta, headers: &HeaderMap, now_secs: i64, table: &Origin) -> ObjectMeta {
-    let mut m = object_meta(&old.key, old.status, old.size, headers, now_secs, table);
+/// version) at `now_ms`, with the lifetime its fields give.
+pub(super) fn refreshed(old: &ObjectMeta, headers: &HeaderMap, now_ms: i64, table: &Origin) -> ObjectMeta {
+    let mut m = object_meta(&old.key, old.status, old.size, headers, now_ms, table);
     // A 304 need not repeat the validators or the media type.
     m.etag = m.etag.or_else(|| old.etag.clone());
     m.last_modified = m.last_modified.or_else(|| old.last_modified.clone());
@@ -166,15 +172,41 @@ mod tests {
     #[test]
     fn lifetimes_come_from_the_origin_or_the_table() {
         let t = table();
-        let m = object_meta(b"/v/a", 206, 10, &headers(&[("cache-control", "max-age=5"), ("etag", "\"x\"")]), 1000, &t);
-        assert_eq!((m.fresh_until, m.stale_if_error_until), (1005, 1005 + 3600));
-        assert_eq!((m.status, m.size, m.etag.as_deref()), (200, 10, Some(&b"\"x\""[..])));
-        let m = object_meta(b"/v/a", 200, 10, &headers(&[]), 1000, &t);
-        assert_eq!(m.fresh_until, 1060, "the table's default_ttl");
-        let m = object_meta(b"/v/a", 404, 0, &headers(&[("cache-control", "max-age=600")]), 1000, &t);
-        assert_eq!((m.status, m.fresh_until), (404, 1002), "a 404 is kept for negative_ttl at most");
+        let m = object_meta(
+            b"/v/a",
+            206,
+            10,
+            &headers(&[("cache-control", "max-age=5"), ("etag", "\"x\"")]),
+            1_000_123,
+            &t,
+        );
+        assert_eq!((m.fresh_until_ms, m.stale_if_error_until_ms), (1_005_123, 1_005_123 + 3_600_000));
+        assert_eq!((m.status, m.size, m.etag.as_deref(), m.stored_at), (200, 10, Some(&b"\"x\""[..]), 1000));
+        let m = object_meta(b"/v/a", 200, 10, &headers(&[]), 1_000_000, &t);
+        assert_eq!(m.fresh_until_ms, 1_060_000, "the table's default_ttl");
+        let m = object_meta(b"/v/a", 404, 0, &headers(&[("cache-control", "max-age=600")]), 1_000_000, &t);
+        assert_eq!((m.status, m.fresh_until_ms), (404, 1_002_000), "a 404 is kept for negative_ttl at most");
         let m = object_meta(b"/v/a", 200, 1, &headers(&[("cache-control", "max-age=1, stale-if-error=10")]), 0, &t);
-        assert_eq!(m.stale_if_error_until, 11, "the origin's stale-if-error wins over the table's");
+        assert_eq!(m.stale_if_error_until_ms, 11_000, "the origin's stale-if-error wins over the table's");
+    }
+
+    /// Live tables: lifetimes under a second, to the millisecond.
+    #[test]
+    fn table_lifetimes_count_in_milliseconds() {
+        let t: Origin = toml::from_str(
+            "prefix = \"/live/\"\nurls = [\"http://127.0.0.1:1/\"]\ndefault_ttl = \"1s\"\nnegative_ttl = \"250ms\"\nstale_if_error = \"500ms\"",
+        )
+        .unwrap();
+        let now = 1_700_000_000_999;
+        let m = object_meta(b"/live/a.m3u8", 200, 10, &headers(&[]), now, &t);
+        assert_eq!(m.fresh_until_ms, now + 1000);
+        assert_eq!((m.stale_while_revalidate_until_ms, m.stale_if_error_until_ms), (now + 1000, now + 1500));
+        let m = object_meta(b"/live/9.ts", 404, 0, &headers(&[]), now, &t);
+        assert_eq!(m.fresh_until_ms, now + 250, "negative_ttl = 250ms");
+        let m = object_meta(b"/live/9.ts", 404, 0, &headers(&[("cache-control", "max-age=10")]), now, &t);
+        assert_eq!(m.fresh_until_ms, now + 250, "the origin's lifetime, capped by negative_ttl");
+        let m = object_meta(b"/live/a.m3u8", 200, 10, &headers(&[("cache-control", "max-age=0")]), now, &t);
+        assert_eq!(m.fresh_until_ms, now, "max-age=0: stale at once");
     }
 
     #[test]
@@ -201,7 +233,7 @@ mod tests {
         assert!(same_version(&m, &headers(&[("etag", "\"1\""), ("last-modified", "x")])));
         assert!(!same_version(&m, &headers(&[("etag", "\"2\""), ("last-modified", "x")])));
         assert!(!same_version(&m, &headers(&[("last-modified", "x")])), "a validator gone is a change");
-        let r = refreshed(&m, &headers(&[("cache-control", "max-age=9")]), 100, &table());
-        assert_eq!((r.etag, r.fresh_until), (m.etag.clone(), 109), "a 304 keeps the validators");
+        let r = refreshed(&m, &headers(&[("cache-control", "max-age=9")]), 100_000, &table());
+        assert_eq!((r.etag, r.fresh_until_ms), (m.etag.clone(), 109_000), "a 304 keeps the validators");
     }
 }

@@ -14,9 +14,13 @@
 //!    revalidated (`If-None-Match` / `If-Modified-Since`; a 304 refreshes it
 //!    without a refetch), in the background within `stale-while-revalidate`, or
 //!    served stale within `stale-if-error` when the origin fails. 404 and 410 are
-//!    kept for `negative_ttl`. A response that may not be stored for every viewer
-//!    (`no-store`, `private`, `Set-Cookie`, `Vary` on a forwarded field or `*`, no
-//!    length) is passed through to each viewer by a request of its own (`pass`).
+//!    kept for `negative_ttl`. Deadlines are in milliseconds (live playlists live
+//!    for a second or less). A 200 without a length (a live segment still being
+//!    encoded) is streamed to every viewer as it arrives and stored once whole
+//!    (`live`). A response that may not be stored for every viewer (`no-store`,
+//!    `private`, `Set-Cookie`, `Vary` on a forwarded field or `*`, a 206 without
+//!    the object's size) is passed through to each viewer by a request of its own
+//!    (`pass`).
 //! 3. **Slices** (`fill`, `serve`): the viewer's ranges map onto aligned slices of
 //!    `cache.slice_bytes`. A stored slice is a file, sent exactly as local content
 //!    is: `sendfile` or kernel TLS, through the page-cache path (residency check and
@@ -29,12 +33,15 @@
 
 mod fill;
 mod key;
+pub(crate) mod live;
 mod meta;
 mod pass;
 pub(crate) mod serve;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +50,7 @@ use tokio::sync::watch;
 use fill::refuse;
 pub(crate) use fill::{Failure, FillState};
 pub(crate) use key::Key;
+pub(crate) use live::Live;
 pub(crate) use meta::Uncacheable;
 pub(crate) use serve::{ServeError, SliceFiles};
 
@@ -93,6 +101,9 @@ pub(crate) enum Opened {
         meta: Arc<ObjectMeta>,
         status: CacheStatus,
     },
+    /// An answer of unknown length (a live segment still being made), streamed
+    /// to every viewer as it arrives, stored once whole (`live`).
+    Live(Arc<Live>),
     /// Not storable: ask the origin for this viewer alone.
     Pass(Uncacheable),
     /// The origin answered a status that is passed on uncached (403, 400...).
@@ -154,6 +165,11 @@ pub(crate) struct Cache {
     opening: Mutex<HashMap<KeyHash, watch::Receiver<Option<Opened>>>>,
     /// Keys passed through lately, and until when.
     passing: Mutex<HashMap<KeyHash, (Instant, Uncacheable)>>,
+    /// Answers of unknown length under way or being stored, by object.
+    live: Mutex<HashMap<KeyHash, Arc<Live>>>,
+    /// Entries in `live`: while it is 0, as it nearly always is, a request does
+    /// not take its lock.
+    live_count: AtomicUsize,
     pub stats: CacheStats,
 }
 
@@ -166,6 +182,8 @@ impl Cache {
             fills: Mutex::default(),
             opening: Mutex::default(),
             passing: Mutex::default(),
+            live: Mutex::default(),
+            live_count: AtomicUsize::new(0),
             stats: CacheStats::default(),
         })
     }
@@ -178,11 +196,16 @@ impl Cache {
             self.stats.passes.add(1);
             return Opened::Pass(why);
         }
-        let now = unix_now();
+        // Streaming, or being stored: its slices are not all in yet.
+        if let Some(live) = self.live_of(key) {
+            self.stats.collapsed.add(1);
+            return Opened::Live(live);
+        }
+        let now = unix_now_ms();
         let stored = self.store.object(&key.hash).filter(|m| m.key == key.text);
         let opened = match stored {
-            Some(m) if now < m.fresh_until => Opened::Object { meta: m, status: CacheStatus::Hit },
-            Some(m) if now < m.stale_while_revalidate_until => {
+            Some(m) if now < m.fresh_until_ms => Opened::Object { meta: m, status: CacheStatus::Hit },
+            Some(m) if now < m.stale_while_revalidate_until_ms => {
                 let _ = self.head(table, key, want, Some(m.clone()));
                 Opened::Object { meta: m, status: CacheStatus::Stale }
             }
@@ -201,6 +224,7 @@ impl Cache {
                 self.stats.passes.add(1);
                 lock(&self.passing).insert(key.hash, (Instant::now() + PASS_MEMO, *why));
             }
+            Opened::Live(_) => {}
             Opened::Status(_) | Opened::Failed(_) => self.stats.origin_failures.add(1),
         }
         opened
@@ -267,6 +291,22 @@ impl Cache {
             self.stats.collapsed.add(1);
             return rx.clone();
         }
+        if let Some(live) = self.live_of(key) {
+            self.stats.collapsed.add(1);
+            return watch::channel(Some(Opened::Live(live))).1;
+        }
+        // The request this viewer would have joined may have ended between its
+        // look at the store and this lock: a fill stores its answer before it
+        // leaves `opening`, so what is fresh in the store now is that answer
+        // (with a lifetime of a second, a herd asking for a playlist as it expires
+        // would otherwise make a few requests instead of one).
+        if let Some(m) = self.store.object(&key.hash).filter(|m| m.key == key.text) {
+            let is_old = old.as_ref().is_some_and(|o| Arc::ptr_eq(o, &m));
+            if !is_old && unix_now_ms() < m.fresh_until_ms {
+                self.stats.collapsed.add(1);
+                return watch::channel(Some(Opened::Object { meta: m, status: CacheStatus::Miss })).1;
+            }
+        }
         let (tx, rx) = watch::channel(None);
         opening.insert(key.hash, rx.clone());
         drop(opening);
@@ -307,7 +347,8 @@ impl Cache {
             Ok(r) => r,
             Err(e) => return self.failed(old, Failure::origin(e)),
         };
-        let now = unix_now();
+        let now = unix_now_ms();
+        let now_secs = now.div_euclid(1000);
         let status = response.status;
         let (meta, body) = match status {
             304 if old.is_some() => {
@@ -325,7 +366,7 @@ impl Cache {
                 let Some(total) = cr.total else {
                     return Opened::Pass(Uncacheable::NoLength);
                 };
-                if let Err(why) = storable(&response.headers, now, &t.forward_headers) {
+                if let Err(why) = storable(&response.headers, now_secs, &t.forward_headers) {
                     return Opened::Pass(why);
                 }
                 let m = object_meta(&key.text, 200, total, &response.headers, now, t);
@@ -339,12 +380,14 @@ impl Cache {
                 (m, body)
             }
             200 => {
-                if let Err(why) = storable(&response.headers, now, &t.forward_headers) {
+                if let Err(why) = storable(&response.headers, now_secs, &t.forward_headers) {
                     return Opened::Pass(why);
                 }
                 let len = meta::field(&response.headers, http::header::CONTENT_LENGTH)
                     .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
-                let Some(len) = len else { return Opened::Pass(Uncacheable::NoLength) };
+                // No length: still being made (a live segment). Streamed to
+                // every viewer, stored once whole.
+                let Some(len) = len else { return self.start_live(table, key, response, now) };
                 if len > s {
                     return Opened::Pass(Uncacheable::NoRanges);
                 }
@@ -379,7 +422,7 @@ impl Cache {
     fn failed(&self, old: Option<&ObjectMeta>, failure: Failure) -> Opened {
         tracing::debug!("origin: {failure}");
         match old {
-            Some(m) if unix_now() < m.stale_if_error_until => {
+            Some(m) if unix_now_ms() < m.stale_if_error_until_ms => {
                 Opened::Object { meta: Arc::new(m.clone()), status: CacheStatus::Stale }
             }
             _ => Opened::Failed(failure),
@@ -398,9 +441,9 @@ fn response_headers(meta: &ObjectMeta) -> http::HeaderMap {
     h
 }
 
-/// Seconds since the Unix epoch.
-pub(crate) fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

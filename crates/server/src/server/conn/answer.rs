@@ -226,6 +226,10 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
     async fn send_body(&mut self, source: &Source<'_>, offset: u64, len: u64, read_on: bool) -> Result<(), Cut> {
         match source {
             Source::File(file) => Ok(self.send_range(file, offset, len, read_on).await?),
+            Source::Memory(file) => {
+                self.mark_first_byte();
+                Ok(self.io.send_file(file, offset, len).await?)
+            }
             Source::Object(o) => {
                 let worker = self.worker;
                 let pages = worker.pages.as_ref();

@@ -10,11 +10,11 @@ use std::time::Instant;
 use http::header::HeaderName;
 use linerate_http::conditional::Validators;
 use linerate_http::plan::FileInfo;
-use linerate_http::{date, Method, Status};
+use linerate_http::{date, Method, Status, Version};
 
 use super::simple::{finish_head, start_head};
 use super::{Conn, Cut};
-use crate::server::cache::{serve, Cache, CacheStatus, Key, Opened};
+use crate::server::cache::{live, serve, Cache, CacheStatus, Key, Live, Opened};
 use crate::server::files::OpenFile;
 use crate::server::pagecache::PageCache;
 use crate::store::ObjectMeta;
@@ -24,6 +24,8 @@ use crate::transport::Transport;
 pub(super) enum Source<'a> {
     File(&'a std::rc::Rc<OpenFile>),
     Object(ObjectSource<'a>),
+    /// A file in memory: a live answer, complete but not (yet) stored.
+    Memory(&'a std::fs::File),
 }
 
 /// A cached object, for sending ranges of it.
@@ -80,6 +82,11 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 }
                 cache.count(self.ex.cache.unwrap_or(status));
                 sent
+            }
+            Opened::Live(live) => {
+                self.note_cache(CacheStatus::Miss, started);
+                cache.count(CacheStatus::Miss);
+                self.send_live(&live, keep_alive).await
             }
             Opened::Pass(_) => {
                 self.note_cache(CacheStatus::Pass, started);
@@ -142,6 +149,90 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         };
         let source = Source::Object(ObjectSource { cache, table, key, meta });
         self.send_planned(&info, &source, keep_alive).await
+    }
+
+    /// An answer of unknown length (docs/CACHE.md, "Live"): while it arrives, a
+    /// GET without `Range` follows it (chunked to HTTP/1.1 viewers, ended by the
+    /// close for HTTP/1.0 ones) and a HEAD gets the head alone; a request with a
+    /// `Range`, or one made once the body is whole, waits for its end and is
+    /// answered as any object is (ranges, conditionals, `Content-Length`).
+    async fn send_live(&mut self, live: &Live, keep_alive: bool) -> Result<(), Cut> {
+        if self.req.range().is_some() || live.ended() {
+            let size = match live.complete().await {
+                Ok(size) => size,
+                Err(f) => {
+                    tracing::debug!(worker = self.worker.index, path = %String::from_utf8_lossy(&self.path), "origin: {f}");
+                    return Ok(self
+                        .send_error(Status::from_code(f.status()).unwrap_or(Status::BadGateway), keep_alive)
+                        .await?);
+                }
+            };
+            let made_etag;
+            let etag = match &live.etag {
+                Some(e) => e.as_slice(),
+                None => {
+                    made_etag = format!("\"{:x}-{:x}\"", size, live.stored_at).into_bytes();
+                    &made_etag
+                }
+            };
+            let content_type = live
+                .content_type
+                .as_deref()
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .unwrap_or_else(|| self.settings.content_type(&self.path));
+            let info = FileInfo {
+                len_bytes: size,
+                validators: Validators {
+                    etag,
+                    last_modified_secs: live
+                        .last_modified
+                        .as_deref()
+                        .and_then(date::parse_secs)
+                        .unwrap_or(live.stored_at),
+                },
+                content_type,
+                now_secs: self.worker.date.borrow_mut().now_secs(),
+            };
+            let file = live.file();
+            return self.send_planned(&info, &Source::Memory(&file), keep_alive).await;
+        }
+        let head = self.req.method == Method::Head;
+        let chunked = self.req.version != Version::Http10;
+        let keep_alive = keep_alive && chunked;
+        let mut h = start_head(&mut self.head, self.worker, self.settings, Status::Ok);
+        let content_type =
+            live.content_type.as_deref().unwrap_or_else(|| self.settings.content_type(&self.path).as_bytes());
+        h.field("Content-Type", content_type);
+        for (name, v) in [("ETag", &live.etag), ("Last-Modified", &live.last_modified)] {
+            if let Some(v) = v {
+                h.field(name, v);
+            }
+        }
+        if chunked {
+            h.field("Transfer-Encoding", b"chunked");
+        }
+        if !self.settings.config.cache_control.is_empty() {
+            h.field("Cache-Control", self.settings.config.cache_control.as_bytes());
+        }
+        h.rendered(&self.settings.cors_fields);
+        if self.settings.config.debug_headers {
+            h.field("X-Cache", CacheStatus::Miss.label().as_bytes());
+        }
+        finish_head(h, keep_alive, self.req.version);
+        self.worker.counters.response(Status::Ok);
+        self.worker.counters.head_bytes.add(self.head.len() as u64);
+        self.ex.status = Some(Status::Ok);
+        self.ex.head_bytes = self.head.len() as u64;
+        self.mark_first_byte();
+        self.io.write_all(&self.head, !head).await?;
+        if !head {
+            let framing = live::follow_live(&mut self.io, live, chunked, &mut self.ex.progress).await?;
+            self.count_memory_body(framing as usize);
+        }
+        if !keep_alive {
+            return Err(Cut::Close);
+        }
+        Ok(())
     }
 
     /// An object that may not be stored: the origin is asked for this viewer alone
