@@ -10,15 +10,21 @@
 #   load      a node with twice the load on /load: its share of new sessions
 #   affinity  page-cache hit ratio of the fleet with consistent hashing and with round
 #             robin, each node's page cache capped by a memory cgroup
+#   tier      the tiered fleet (tests/fleet/tier.sh: three edges, two parents, an S3
+#             origin): the origin's bytes against the distinct bytes asked for, from
+#             a cold fleet with parents and without, hashed and round robin
+#   tier-kill kill -9 of a parent under a verified run
 #
 #   bench/fleet.sh [--quick] [--bin PATH]
 #
-# --quick: the short form's sizes (about three minutes; the full form about eight). Needs root, haproxy and
-# prometheus; FLEET_KEEP=DIR keeps the logs, configurations and samples.
+# --quick: the short forms' sizes (tests/fleet/run and tests/fleet/tier: about six
+# minutes; the full form about twelve). Needs root, haproxy and prometheus (and
+# SeaweedFS, fetched once); FLEET_KEEP=DIR keeps the logs, configurations and samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 . tests/fleet/lib.sh
+. tests/fleet/tier.sh
 
 quick=0 bin=
 parse_flags "usage: bench/fleet.sh [--quick] [--bin PATH]" --quick:quick=1 --bin=bin -- "$@"
@@ -27,8 +33,10 @@ fleet_up 240 1
 
 if [ "$quick" = 1 ]; then
     d=12 sessions=16 md=8 msessions=12 lsessions=32 ad=20 asessions=30 acache=96 atitles=192
+    td=12 tsessions=24 ttitles=48
 else
     d=30 sessions=40 md=30 msessions=40 lsessions=48 ad=60 asessions=40 acache=128 atitles=288
+    td=30 tsessions=40 ttitles=120
 fi
 results=$work/results
 run() { # NAME FUNCTION ARGS...: one scenario, its lines and verdict kept for the table
@@ -48,6 +56,9 @@ node_restart b
 run crash scenario_crash "$d" "$sessions" 8
 run load scenario_load "$d" "$lsessions" 8 0.8
 run affinity scenario_affinity "$ad" "$asessions" 10 "$acache" "$atitles"
+tier_up "$ttitles" 4
+run tier scenario_tier_multiples "$td" "$tsessions" 16 1.0
+run tier-kill scenario_tier_kill "$td" "$tsessions" 16 1.0
 
 echo
 echo "| behaviour | checks | measured |"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """HAProxy and Prometheus queries for tests/fleet/run and bench/fleet.sh.
 
-  fleet.py stat SOCK                          one line per server of the `nodes` backend:
+  fleet.py stat SOCK                          one line per server of the `nodes` backend
+                                              (FLEET_BACKEND names another):
                                               name requests scur weight status
   fleet.py cmd SOCK LINE...                   HAProxy runtime commands (fails on any answer)
   fleet.py wait SOCK SERVER STATUS SECONDS    until SERVER's status starts with STATUS
@@ -17,13 +18,16 @@
   fleet.py bench FILE KEY                     a value from `linerate bench --json`
 """
 import json
+import os
 import socket
 import sys
 import time
 import urllib.parse
 import urllib.request
 
-BACKEND = "nodes"
+# The backend whose servers are read: `nodes`, or FLEET_BACKEND (the tiered fleet's
+# `edges`).
+BACKEND = os.environ.get("FLEET_BACKEND", "nodes")
 
 
 def command(sock, line):
@@ -92,7 +96,6 @@ def main():
         return 1
     elif cmd == "sample":
         sock, out, secs = args[0], args[1], float(args[2])
-        import os
         end = time.time() + secs
         with open(out, "w") as f:
             while time.time() < end and not os.path.exists(out + ".stop"):

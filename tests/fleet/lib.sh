@@ -18,6 +18,8 @@ front_ip=10.77.0.1
 prom_url=http://127.0.0.1:9091
 fleet_ns=()
 fleet_cgroups=()
+# Files outside the scratch directory to remove at the end (glob patterns).
+fleet_tmp_globs=()
 # HAProxy's health-check and agent-check intervals (seconds) and the number of failed
 # checks that mark a node down.
 check_inter=1 agent_inter=1 check_fall=2
@@ -45,6 +47,8 @@ fleet_cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     { wait; } 2>/dev/null || true
     for ns in "${fleet_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    # shellcheck disable=SC2086 # globs, expanded on purpose
+    for p in "${fleet_tmp_globs[@]}"; do rm -f $p; done
     # A killed process leaves its cgroup a moment after it is reaped.
     for p in "${fleet_cgroups[@]}"; do
         for _ in $(seq 1 50); do rmdir "$p" 2>/dev/null && break; sleep 0.1; done
@@ -52,7 +56,7 @@ fleet_cleanup() {
     done
     if [ -n "${work:-}" ]; then
         # FLEET_KEEP=DIR: keep the logs, configurations and samples (not the catalogue).
-        [ -z "${FLEET_KEEP:-}" ] || { mkdir -p "$FLEET_KEEP"; rm -rf "$work/root" "$work/aff" "$work/prometheus"; cp -r "$work/." "$FLEET_KEEP"; }
+        [ -z "${FLEET_KEEP:-}" ] || { mkdir -p "$FLEET_KEEP"; rm -rf "$work/root" "$work/aff" "$work/prometheus" "$work/tier-root" "$work/weed" "$work"/cache-*; cp -r "$work/." "$FLEET_KEEP"; }
         rm -rf "$work"
     fi
 }

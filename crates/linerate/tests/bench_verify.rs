@@ -49,6 +49,10 @@ fn paced_sessions_receive_exactly_the_files_bytes() {
     );
     let j = run.json();
     assert_eq!(num(&j, "errors_total"), 0.0, "{j:#}");
+    // Nothing failed, so nothing was retried: one attempt per segment.
+    assert_eq!(num(&j, "retried_segments"), 0.0, "{j:#}");
+    assert_eq!(num(&j, "unrecovered_segments"), 0.0, "{j:#}");
+    assert_eq!(num(&j, "max_segment_attempts"), 1.0, "{j:#}");
     assert!(num(&j, "requests") >= 12.0, "{j:#}");
     assert!(num(&j, "bytes") > 0.0);
     assert_eq!(num(&j, "verified_bytes"), num(&j, "bytes"), "every body byte was compared");
@@ -242,6 +246,10 @@ fn a_byte_that_differs_from_the_file_is_reported() {
     let first = j["first_error"].as_str().unwrap();
     assert!(first.contains("c%20d.bin") && first.contains("differs"), "{first}");
     assert!(num(&j, "verified_bytes") < num(&j, "bytes"));
+    // The player retries the bad segment, which never verifies: whoever reached it
+    // was still retrying it when the run ended.
+    assert!(num(&j, "unrecovered_segments") >= 1.0, "{j:#}");
+    assert!(num(&j, "max_segment_attempts") >= 1.0, "{j:#}");
 }
 
 #[test]

@@ -7,7 +7,10 @@
 //! without that option), `hot_ttfb_p99_ms` (its p99, for scripts),
 //! `rebuffers`, `rebuffer_ratio`, `stall_s`, `watch_s`, `client_cpu_s`,
 //! `client_cpu_s_per_gb`, `handshakes_full`, `handshakes_resumed` (TLS handshakes
-//! by kind), `handshakes_per_s` (both kinds), and `timeline` (one object per second:
+//! by kind), `handshakes_per_s` (both kinds), `retried_segments`,
+//! `unrecovered_segments` and `max_segment_attempts` (a failed request is retried,
+//! as a player retries its segment: how many segments needed that, how many never
+//! arrived, the most attempts one took), and `timeline` (one object per second:
 //! `t_s`, `gbps`, `requests`, `errors`, `rebuffers`, `sessions_playing`,
 //! `sessions_stalled` (each the average over that second), `ttfb_p99_ms`).
 
@@ -105,6 +108,11 @@ pub(crate) struct Summary {
     pub reconnects: u64,
     /// Connections reset or refused by the server, retried or not.
     pub resets: u64,
+    /// Segments fetched after failed attempts, segments never fetched because every
+    /// attempt failed before the run ended, and the most attempts one segment took.
+    pub retried_segments: u64,
+    pub unrecovered_segments: u64,
+    pub max_segment_attempts: u64,
     pub handshakes_full: u64,
     pub handshakes_resumed: u64,
     pub handshakes_per_s: f64,
@@ -146,6 +154,9 @@ impl Summary {
             connections: stats.connections,
             reconnects: stats.reconnects,
             resets: stats.resets,
+            retried_segments: stats.retried_segments,
+            unrecovered_segments: stats.unrecovered_segments,
+            max_segment_attempts: stats.max_segment_attempts,
             handshakes_full: stats.handshakes_full,
             handshakes_resumed: stats.handshakes_resumed,
             handshakes_per_s: (stats.handshakes_full + stats.handshakes_resumed) as f64 / elapsed_s.max(1e-9),

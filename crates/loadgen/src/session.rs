@@ -158,10 +158,12 @@ impl Session {
             }
             match self.fetch(title, i).await {
                 Ok(arrived) => {
-                    failures = 0;
                     let at = plan.since_start(arrived);
+                    let mut stats = self.ctx.stats.borrow_mut();
+                    stats.retried_segments += u64::from(failures > 0);
+                    stats.max_segment_attempts = stats.max_segment_attempts.max(u64::from(failures) + 1);
+                    failures = 0;
                     if let Some(late) = playback.arrived(at, paced) {
-                        let mut stats = self.ctx.stats.borrow_mut();
                         stats.bucket(at).rebuffers += 1;
                         stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
                     }
@@ -176,6 +178,10 @@ impl Session {
                     sleep_until((Instant::now() + wait).min(plan.end).into()).await;
                 }
             }
+        }
+        if failures > 0 {
+            // The play ended (the run did) while its segment was still failing.
+            self.ctx.stats.borrow_mut().unrecovered_segments += 1;
         }
         if paced && playback.next_segment().is_none() {
             // Watch the rest of the title before picking the next one.

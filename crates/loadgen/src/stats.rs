@@ -85,6 +85,15 @@ pub(crate) struct WorkerStats {
     /// Connections reset or refused by the server (ECONNRESET, ECONNABORTED,
     /// ECONNREFUSED), whether or not the request was then retried.
     pub resets: u64,
+    /// Segments a session fetched after one or more failed attempts (each failure
+    /// is also an error): the player's retries that worked.
+    pub retried_segments: u64,
+    /// Segments whose every attempt had failed when their play ended (the run's
+    /// end): bytes the viewer never got.
+    pub unrecovered_segments: u64,
+    /// The most attempts one segment took, the one that worked included (1 when
+    /// nothing failed, 0 when no segment arrived).
+    pub max_segment_attempts: u64,
     /// TLS handshakes completed in full (no session resumed).
     pub handshakes_full: u64,
     /// TLS handshakes that resumed a session (ticket or TLS 1.2 session ID).
@@ -114,6 +123,9 @@ impl WorkerStats {
             connections: 0,
             reconnects: 0,
             resets: 0,
+            retried_segments: 0,
+            unrecovered_segments: 0,
+            max_segment_attempts: 0,
             handshakes_full: 0,
             handshakes_resumed: 0,
             timeline: vec![Bucket::default(); seconds.max(1)],
@@ -177,6 +189,9 @@ impl WorkerStats {
         self.connections += other.connections;
         self.reconnects += other.reconnects;
         self.resets += other.resets;
+        self.retried_segments += other.retried_segments;
+        self.unrecovered_segments += other.unrecovered_segments;
+        self.max_segment_attempts = self.max_segment_attempts.max(other.max_segment_attempts);
         self.handshakes_full += other.handshakes_full;
         self.handshakes_resumed += other.handshakes_resumed;
         if self.timeline.len() < other.timeline.len() {
@@ -252,6 +267,8 @@ mod tests {
         a.errors[ErrorKind::Timeout as usize] = 2;
         (a.handshakes_full, a.handshakes_resumed) = (1, 4);
         (b.handshakes_full, b.handshakes_resumed) = (2, 8);
+        (a.retried_segments, a.unrecovered_segments, a.max_segment_attempts) = (1, 0, 3);
+        (b.retried_segments, b.unrecovered_segments, b.max_segment_attempts) = (2, 1, 2);
         b.errors[ErrorKind::Timeout as usize] = 3;
         b.bucket(Duration::from_secs(2)).bytes = 7;
         a.bucket(Duration::from_millis(500)).bytes = 5;
@@ -259,6 +276,7 @@ mod tests {
         assert_eq!(a.ttfb_usecs.len(), 2);
         assert_eq!(a.errors[ErrorKind::Timeout as usize], 5);
         assert_eq!((a.handshakes_full, a.handshakes_resumed), (3, 12));
+        assert_eq!((a.retried_segments, a.unrecovered_segments, a.max_segment_attempts), (3, 1, 3));
         assert_eq!(a.timeline.len(), 3);
         assert_eq!(a.timeline[0].bytes, 5);
         assert_eq!(a.timeline[2].bytes, 7);
