@@ -4,13 +4,15 @@
 //! A line is a record's fields separated by spaces, then its FNV-1a checksum:
 //!
 //! ```text
-//! O <seq> <key> <gen> <status> <size> <stored_at> <fresh_until> <swr_until> <sie_until> <etag> <last_modified> <content_type> <full key>
+//! O <seq> <key> <gen> <status> <size> <dated_at> <fresh_until> <swr_until> <sie_until> <etag> <last_modified> <content_type> <full key>
 //! S <seq> <key> <gen> <index> <len> <dev> <ino> <mtime_ns>
 //! s <seq> <key> <gen> <index>
 //! D <seq> <key>
 //! ```
 //!
-//! `O` records an object's metadata, `S` a committed slice, `s` a dropped slice,
+//! `O` records an object's metadata (`dated_at` is when its age was zero:
+//! `ObjectMeta::dated_at`; journals of earlier builds hold the time it was stored
+//! there, read as an age of zero on arrival), `S` a committed slice, `s` a dropped slice,
 //! `D` a dropped object. Keys are hex; byte strings are `-` (none) or `x` and hex.
 //! Text rather than binary: a journal is read with `less` when a cache misbehaves,
 //! and parsing 100,000 records takes milliseconds either way.
@@ -82,7 +84,7 @@ impl Record {
                     hex(key),
                     meta.status,
                     meta.size,
-                    meta.stored_at,
+                    meta.dated_at,
                     meta.fresh_until,
                     meta.stale_while_revalidate_until,
                     meta.stale_if_error_until
@@ -127,7 +129,7 @@ impl Record {
                 let gen = f.next()?.parse().ok()?;
                 let status = f.next()?.parse().ok()?;
                 let size = f.next()?.parse().ok()?;
-                let stored_at = f.next()?.parse().ok()?;
+                let dated_at = f.next()?.parse().ok()?;
                 let fresh_until = f.next()?.parse().ok()?;
                 let stale_while_revalidate_until = f.next()?.parse().ok()?;
                 let stale_if_error_until = f.next()?.parse().ok()?;
@@ -142,7 +144,7 @@ impl Record {
                     etag,
                     last_modified,
                     content_type,
-                    stored_at,
+                    dated_at,
                     fresh_until,
                     stale_while_revalidate_until,
                     stale_if_error_until,
@@ -400,7 +402,7 @@ mod tests {
             etag: Some(b"\"e 1\"".to_vec()),
             last_modified: None,
             content_type: Some(Vec::new()),
-            stored_at: 1_700_000_000,
+            dated_at: 1_700_000_000,
             fresh_until: 1_700_000_600,
             stale_while_revalidate_until: -1,
             stale_if_error_until: 0,

@@ -119,8 +119,13 @@ pub(crate) struct ObjectMeta {
     pub etag: Option<Vec<u8>>,
     pub last_modified: Option<Vec<u8>>,
     pub content_type: Option<Vec<u8>>,
-    /// Unix seconds.
-    pub stored_at: i64,
+    /// Unix seconds at which the response was of age zero: when it was received
+    /// less the age it arrived with (its `Age`, or the time since its `Date`;
+    /// `linerate_http::freshness`). Its age at time `t` is `t - dated_at`, what
+    /// the `Age` field of a response from it says. (Journals written before ages
+    /// were kept hold the time received: an age of zero on arrival.)
+    pub dated_at: i64,
+    /// Unix seconds: fresh before this (`dated_at` plus the freshness lifetime).
     pub fresh_until: i64,
     pub stale_while_revalidate_until: i64,
     pub stale_if_error_until: i64,

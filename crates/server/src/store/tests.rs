@@ -45,7 +45,7 @@ fn meta(key: &str, size: u64, etag: &str) -> ObjectMeta {
         etag: Some(etag.as_bytes().to_vec()),
         last_modified: None,
         content_type: Some(b"video/mp4".to_vec()),
-        stored_at: 1_700_000_000,
+        dated_at: 1_700_000_000,
         fresh_until: 1_700_000_600,
         stale_while_revalidate_until: 1_700_000_600,
         stale_if_error_until: 1_700_000_600,

@@ -89,9 +89,12 @@ pub(super) fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
 }
 
 /// The metadata of an object from the head of a response that showed its size
-/// (`size`), at `now_secs`, under `table`'s defaults: fresh for the origin's
-/// lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or 410), stale
-/// windows from the origin's fields or the table's.
+/// (`size`), received at `now_secs`, under `table`'s defaults: fresh for the
+/// origin's lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or
+/// 410), stale windows from the origin's fields or the table's. The lifetime
+/// counts from the response's age zero, not from its arrival: one that a parent
+/// or peer has held for a while (its `Age`, or an old `Date`) has that much less
+/// left here ([`Freshness::age_secs`]); so does the table's default.
 pub(super) fn object_meta(
     key: &[u8],
     status: u16,
@@ -107,7 +110,8 @@ pub(super) fn object_meta(
     } else {
         f.lifetime_secs.unwrap_or(table.default_ttl.as_secs())
     };
-    let fresh_until = now_secs.saturating_add(lifetime as i64);
+    let dated_at = now_secs.saturating_sub(f.age_secs.min(i64::MAX as u64) as i64);
+    let fresh_until = dated_at.saturating_add(lifetime.min(i64::MAX as u64) as i64);
     let swr = f.stale_while_revalidate_secs.unwrap_or(table.stale_while_revalidate.as_secs());
     let sie = f.stale_if_error_secs.unwrap_or(table.stale_if_error.as_secs());
     ObjectMeta {
@@ -117,7 +121,7 @@ pub(super) fn object_meta(
         etag: field(headers, header::ETAG).map(<[u8]>::to_vec),
         last_modified: field(headers, header::LAST_MODIFIED).map(<[u8]>::to_vec),
         content_type: field(headers, header::CONTENT_TYPE).map(<[u8]>::to_vec),
-        stored_at: now_secs,
+        dated_at,
         fresh_until,
         stale_while_revalidate_until: fresh_until.saturating_add(swr as i64),
         stale_if_error_until: fresh_until.saturating_add(sie as i64),
@@ -203,5 +207,29 @@ mod tests {
         assert!(!same_version(&m, &headers(&[("last-modified", "x")])), "a validator gone is a change");
         let r = refreshed(&m, &headers(&[("cache-control", "max-age=9")]), 100, &table());
         assert_eq!((r.etag, r.fresh_until), (m.etag.clone(), 109), "a 304 keeps the validators");
+    }
+
+    #[test]
+    fn an_aged_response_has_less_of_its_lifetime_left() {
+        let t = table();
+        // max-age=4 with Age: 3 (a parent held it 3 s): fresh for 1 s here.
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=4"), ("age", "3")]), 1000, &t);
+        assert_eq!((m.dated_at, m.fresh_until), (997, 1001));
+        assert_eq!(m.stale_if_error_until, 1001 + 3600, "stale windows follow the freshness");
+        // The table's default counts from the same point.
+        let m = object_meta(b"k", 206, 10, &headers(&[("age", "25")]), 1000, &t);
+        assert_eq!((m.dated_at, m.fresh_until), (975, 1035));
+        // Older than its lifetime: stale on arrival.
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=4"), ("age", "9")]), 1000, &t);
+        assert!(m.fresh_until <= 1000);
+        // A 304 from a parent that has held the object 5 s.
+        let r = refreshed(&m, &headers(&[("cache-control", "s-maxage=60"), ("age", "5")]), 2000, &t);
+        assert_eq!((r.dated_at, r.fresh_until), (1995, 2055));
+        // An old Date and no Age (a cache that relays the origin's Date).
+        let mut date = [0u8; linerate_http::date::HTTP_DATE_LEN];
+        linerate_http::date::format_secs(1000 - 30, &mut date);
+        let date = std::str::from_utf8(&date).unwrap();
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=60"), ("date", date)]), 1000, &t);
+        assert_eq!((m.dated_at, m.fresh_until), (971, 1031));
     }
 }

@@ -124,11 +124,11 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let etag = match &meta.etag {
             Some(e) => e.as_slice(),
             None => {
-                made_etag = format!("\"{:x}-{:x}\"", meta.size, meta.stored_at).into_bytes();
+                made_etag = format!("\"{:x}-{:x}\"", meta.size, meta.dated_at).into_bytes();
                 &made_etag
             }
         };
-        let last_modified_secs = meta.last_modified.as_deref().and_then(date::parse_secs).unwrap_or(meta.stored_at);
+        let last_modified_secs = meta.last_modified.as_deref().and_then(date::parse_secs).unwrap_or(meta.dated_at);
         let content_type = meta
             .content_type
             .as_deref()
