@@ -441,7 +441,11 @@ impl Workers {
 
 impl Workers {
     /// Each peer's requests, answers, misses, errors and state.
-    fn encode_peers(&self, e: &mut DescriptorEncoder, peers: &[crate::origin::PeerStats]) -> Result<(), std::fmt::Error> {
+    fn encode_peers(
+        &self,
+        e: &mut DescriptorEncoder,
+        peers: &[crate::origin::PeerStats],
+    ) -> Result<(), std::fmt::Error> {
         if peers.is_empty() {
             return Ok(());
         }
@@ -450,7 +454,11 @@ impl Workers {
         type Pick = fn(&crate::origin::PeerStats) -> u64;
         let counters: [(&str, &str, Pick); 4] = [
             ("linerate_peer_requests", "Requests sent to each peer (only-if-cached).", |p| p.stats.requests),
-            ("linerate_peer_misses", "504s from each peer: it did not have what was asked.", |p| p.misses),
+            (
+                "linerate_peer_misses",
+                "504s (and other 3xx or 4xx) from each peer: it did not have what was asked.",
+                |p| p.misses,
+            ),
             ("linerate_peer_body_bytes", "Body bytes received from each peer.", |p| p.stats.body_bytes),
             (
                 "linerate_peer_marked_down",

@@ -181,14 +181,7 @@ impl Origins {
             let plain = crate::config::Origin { s3: None, ..config.clone() };
             let parents = members(i, config, "parents", (&plain, &tls, &trust), &node)?;
             let peers = members(i, config, "peers", (&plain, &tls, &trust), &node)?;
-            built.push(Table {
-                config: config.clone(),
-                urls,
-                parents,
-                peers,
-                s3,
-                denied_logged: AtomicU64::new(0),
-            });
+            built.push(Table { config: config.clone(), urls, parents, peers, s3, denied_logged: AtomicU64::new(0) });
         }
         let mut by_prefix: Vec<usize> = (0..built.len()).collect();
         by_prefix.sort_by_key(|&i| std::cmp::Reverse(built[i].config.prefix.len()));
@@ -389,8 +382,9 @@ impl Origins {
     /// `req` to the peers of table `t`, `only-if-cached`: at most the table's
     /// `peer_tries` of those up, in the order of the object's `key`. The first
     /// answer that is the object's (200, 206, 304, 416) is returned; a 504 (the
-    /// peer does not have it: counted in its misses), any other status, or a
-    /// failure moves on to the next peer, and after the last, `None`: the caller
+    /// peer does not have it) or another 3xx or 4xx, counted in its misses, a
+    /// 5xx or 1xx, or a failure (counted in its errors) moves on to the next
+    /// peer, and after the last, `None`: the caller
     /// goes on to the parents and the origin. A failure at the transport marks
     /// the peer down, as a parent's does. A peer's answer is checked by the
     /// caller exactly as an origin's (length, `Content-Range`, version).
@@ -409,9 +403,11 @@ impl Origins {
             let url = &p.url;
             let e = match self.counted_exchange(t, (i, url), &req, false).await {
                 Ok((response, 200 | 206 | 304 | 416)) => return Some(response),
-                Ok((response, 504)) => {
+                // 504: it does not have it; a 4xx (a 404 it has stored, say)
+                // or a 3xx is no answer for this node either: a miss too.
+                Ok((response, status @ (504 | 300..=499))) => {
                     p.misses.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(table, peer = %url.text, "peer does not have it (504)");
+                    tracing::debug!(table, peer = %url.text, status, "peer does not have it");
                     response.discard(DISCARD_BODY_BYTES).await;
                     continue;
                 }

@@ -43,7 +43,7 @@ pub(super) struct Member {
     probe_at: AtomicU64,
     /// Times it was marked down.
     pub(super) marked_down: AtomicU64,
-    /// A peer's 504s to `only-if-cached`: it did not have what was asked.
+    /// A peer's 504s (and other 3xx or 4xx) to `only-if-cached`: it did not have what was asked.
     pub(super) misses: AtomicU64,
 }
 
@@ -131,7 +131,9 @@ pub(super) fn is_self(base: &BaseUrl, listen: &[SocketAddr]) -> bool {
         if host.eq_ignore_ascii_case("localhost") { Some(IpAddr::from([127, 0, 0, 1])) } else { host.parse().ok() };
     let Some(ip) = ip else { return false };
     let local = || ip.is_loopback() || ip.is_unspecified() || std::net::UdpSocket::bind((ip, 0)).is_ok();
-    listen.iter().any(|l| l.port() == base.port && (l.ip() == ip || ip.is_unspecified() || (l.ip().is_unspecified() && local())))
+    listen
+        .iter()
+        .any(|l| l.port() == base.port && (l.ip() == ip || ip.is_unspecified() || (l.ip().is_unspecified() && local())))
 }
 
 /// Milliseconds since `started`.

@@ -63,7 +63,7 @@ pub(crate) struct PeerStats {
     pub up: bool,
     /// Times it was marked down.
     pub marked_down: u64,
-    /// Its 504s to `only-if-cached`: it did not have what was asked.
+    /// Its 504s (and other 3xx or 4xx) to `only-if-cached`: it did not have what was asked.
     pub misses: u64,
 }
 

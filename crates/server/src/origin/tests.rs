@@ -254,6 +254,8 @@ async fn the_request_carries_exactly_linerates_fields() {
         if_modified_since: Some(b"Wed, 21 Oct 2015 07:28:00 GMT".to_vec()),
         forwarded: vec![("X-Request-Id".into(), b"42".to_vec()), ("Cookie".into(), b"session=1".to_vec())],
         via: Some(b"1.1 proxy.example".to_vec()),
+        peers: true,
+        only_if_cached: false,
     };
     let got = fetch(&origins, 0, req).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..], got.end.is_ok()), (200, 0, &b"ok"[..], true));
@@ -776,7 +778,8 @@ fn this_node_is_left_out_of_its_parents() {
 async fn peers_are_asked_only_if_cached_then_the_parents_and_the_origin() {
     // `has` answers from its store; `lacks` answers 504; `dead` refuses connections.
     let has = Server::start(|_| Reply::Keep(ok("from peer"))).await;
-    let lacks = Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 7", "missing"))).await;
+    let lacks =
+        Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 7", "missing"))).await;
     let parent = Server::start(|_| Reply::Keep(ok("from parent"))).await;
     let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
     let mut t = table("/vod/", &[origin.url()]);
@@ -815,7 +818,9 @@ async fn a_dead_peer_is_marked_down_and_peer_tries_bounds_the_asking() {
     let lacks: Vec<Server> = {
         let mut v = Vec::new();
         for _ in 0..3 {
-            v.push(Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0", ""))).await);
+            v.push(
+                Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0", ""))).await,
+            );
         }
         v
     };
@@ -836,4 +841,19 @@ async fn a_dead_peer_is_marked_down_and_peer_tries_bounds_the_asking() {
     let dead = &stats[3];
     assert_eq!((dead.up, dead.marked_down, dead.stats.requests), (false, 1, 1));
     assert_eq!(origin.heads.lock().unwrap().len(), 20);
+}
+
+#[tokio::test]
+async fn a_peers_404_is_a_miss_and_its_5xx_an_error() {
+    let gone = Server::start(|_| Reply::Keep(response("HTTP/1.1 404 Not Found\r\nContent-Length: 0", ""))).await;
+    let broken = Server::start(|_| Reply::Keep(response("HTTP/1.1 500 No\r\nContent-Length: 0", ""))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[origin.url()]);
+    t.peers = [&gone, &broken].iter().map(|s| format!("http://127.0.0.1:{}", s.port)).collect();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    let req = OriginRequest { peers: true, ..get("a.mp4") };
+    assert_eq!(fetch(&origins, 0, req).await.unwrap().body, b"from origin");
+    let stats = origins.peer_stats();
+    assert_eq!((stats[0].misses, errors(&stats[0].stats, "status")), (1, 0));
+    assert_eq!((stats[1].misses, errors(&stats[1].stats, "status"), stats[1].up), (0, 1, true));
 }

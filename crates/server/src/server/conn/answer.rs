@@ -89,9 +89,8 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                     &self.buf[self.head_at.0 as usize..self.head_at.1 as usize],
                     &["Via", "Cache-Control"],
                 );
-                let only_if_cached = fields
-                    .iter()
-                    .any(|(n, v)| n == "Cache-Control" && linerate_http::freshness::only_if_cached(v));
+                let only_if_cached =
+                    fields.iter().any(|(n, v)| n == "Cache-Control" && linerate_http::freshness::only_if_cached(v));
                 key.via = fields.into_iter().find(|(n, _)| n == "Via").map(|(_, v)| v);
                 // A peer's request: answered from the store or with 504, never
                 // sent on (so it cannot go round a loop, whatever its Via).

@@ -123,9 +123,8 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         // to peers: the validators made up here differ from node to node, so a
         // slice the requester later has from elsewhere would look like another
         // version.
-        let Some(meta) = cache
-            .stored_fresh(&key)
-            .filter(|m| m.status != 200 || (m.etag.is_some() && m.last_modified.is_some()))
+        let Some(meta) =
+            cache.stored_fresh(&key).filter(|m| m.status != 200 || (m.etag.is_some() && m.last_modified.is_some()))
         else {
             return Ok(self.send_not_stored(cache, keep_alive).await?);
         };
