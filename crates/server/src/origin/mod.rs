@@ -18,6 +18,10 @@
 //! [`OriginError::Denied`]. When every URL failed, the last failure is
 //! returned: a 5xx from the last URL is [`OriginError::Status`].
 //!
+//! **Peers and parents** (`parent`) come before the URLs: a request for a
+//! stored object asks up to `peer_tries` of the table's peers, `only-if-cached`
+//! (a 504 is a miss), then its parents in the key's order, then the URLs.
+//!
 //! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
 //! the TLS handshake; `first_byte_timeout` covers sending the request and
 //! receiving the head; `idle_timeout` is the longest wait for the next piece of a
@@ -294,7 +298,9 @@ impl Origins {
     /// or first-byte timeout, a connection broken before the head, or a 5xx
     /// response, the next URL is tried; returns the first response that is none of
     /// those, or the last failure (a 5xx from the last URL is
-    /// `OriginError::Status`). Call it from a task on the origin runtime
+    /// `OriginError::Status`). Before the URLs: the table's peers when
+    /// `req.peers` (`only-if-cached`, [`Origins::fetch_peers`]), then its
+    /// parents. Call it from a task on the origin runtime
     /// ([`Origins::spawn`]): the connections it opens run there.
     pub(crate) async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
         let t = &self.tables[table];
