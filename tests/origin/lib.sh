@@ -16,11 +16,12 @@
 # for the caller to fill) on port 80 with `sendfile on` and an access log of one
 # tab-separated line per request:
 #     msec  request-line  status  body-bytes-sent  Range-or-"-"  request-time  connection
-# ORIGIN_LOCATIONS, if set, is nginx text put in that server before its `location /`
-# (for example a location adding Cache-Control to playlists).
 # A `tbf` qdisc on both ends of the veth caps each direction at ORIGIN_RATE (tc's
 # units, default 1gbit; 0 for none); ORIGIN_WORKERS sets nginx's workers (default 1,
-# which sends far more than 1 Gb/s). The latency is Toxiproxy's, a real TCP proxy on
+# which sends far more than 1 Gb/s); ORIGIN_LOCATIONS, if set before origin_up, is
+# added to the catalogue's server block as it is, before its `location /` (nginx
+# `location` blocks, such as one that adds `Cache-Control` and `Age` fields to a
+# directory). The latency is Toxiproxy's, a real TCP proxy on
 # the host between 127.0.0.1 and the origin adding ORIGIN_DELAY_MS (default 10) to
 # each direction, so a request on a fresh or kept-alive connection waits at least
 # 2 x ORIGIN_DELAY_MS for its first byte (this host's kernel has no `netem`).

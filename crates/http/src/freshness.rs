@@ -9,15 +9,32 @@
 //! ignored, and a directive with a malformed value is treated as absent, except
 //! `max-age` and `s-maxage`, whose malformed values make the response stale at
 //! once (RFC 9111 section 4.2.1: a cache should not reuse it unvalidated).
+//!
+//! **Age.** A response may already be old when it arrives: a parent or peer
+//! cache held it for a while. Its age at arrival ([`Freshness::age_secs`]) is
+//! RFC 9111 section 4.2.3's corrected initial age, simplified: the larger of its
+//! `Age` field and its apparent age, the time since its `Date` (less one second:
+//! `Date` has a resolution of one second, so a response generated at 12:00:00.9
+//! and received at 12:00:01.1 would otherwise look a second old, which would take
+//! a whole lifetime from a `max-age=1` live playlist). The response is fresh while
+//! its age (age at arrival plus the time since) is under its lifetime.
+//!
+//! [`only_if_cached`] reads a request's `Cache-Control` for `only-if-cached`
+//! (RFC 9111 section 5.2.1.7): answer from the store or with 504.
 
 /// What the fields say about one response.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Freshness {
     /// The response must not be stored (`no-store`, or `private` in a shared cache).
     pub no_store: bool,
-    /// Seconds the response stays fresh from when it was received, when the
-    /// fields say; `None` when they say nothing (the caller's default applies).
+    /// Its freshness lifetime in seconds, counted from when it was generated
+    /// (its age zero, [`Freshness::age_secs`] before it arrived), when the fields
+    /// say; `None` when they say nothing (the caller's default applies).
     pub lifetime_secs: Option<u64>,
+    /// How old the response was when it arrived, in seconds: the larger of its
+    /// `Age` field and its apparent age (`now_secs` less its `Date`, less one
+    /// second of the field's rounding).
+    pub age_secs: u64,
     /// `stale-while-revalidate=N`: seconds past its lifetime a stale response may
     /// still be served while it is revalidated in the background.
     pub stale_while_revalidate_secs: Option<u64>,
@@ -37,8 +54,8 @@ pub struct Fields<'a> {
 }
 
 impl Freshness {
-    /// Reads `fields`. `now_secs` (Unix time) is used for `Expires` when the
-    /// response has no usable `Date`.
+    /// Reads `fields` of a response received at `now_secs` (Unix time), which is
+    /// also used for `Expires` when the response has no usable `Date`.
     pub fn of(fields: Fields<'_>, now_secs: i64) -> Freshness {
         let mut f = Freshness::default();
         let (mut max_age, mut s_maxage, mut bad_age) = (None, None, false);
@@ -61,20 +78,36 @@ impl Freshness {
             }
         }
         let age = fields.age.and_then(parse_delta).unwrap_or(0);
+        let date = fields.date.and_then(crate::date::parse_secs);
+        let apparent = date.map_or(0, |d| now_secs.saturating_sub(d).saturating_sub(1).max(0) as u64);
+        f.age_secs = age.max(apparent);
         let lifetime = if bad_age {
             Some(0)
         } else if let Some(s) = s_maxage.or(max_age) {
             Some(s)
         } else if let Some(expires) = fields.expires {
             // An invalid Expires (such as "0") means already expired.
-            let date = fields.date.and_then(crate::date::parse_secs).unwrap_or(now_secs);
+            let date = date.unwrap_or(now_secs);
             Some(crate::date::parse_secs(expires).map_or(0, |e| (e - date).max(0) as u64))
         } else {
             None
         };
-        f.lifetime_secs = lifetime.map(|l| l.saturating_sub(age));
+        f.lifetime_secs = lifetime;
         f
     }
+
+    /// Seconds the response stays fresh from its arrival: its lifetime less its
+    /// age then, when the fields give a lifetime.
+    pub fn remaining_secs(&self) -> Option<u64> {
+        self.lifetime_secs.map(|l| l.saturating_sub(self.age_secs))
+    }
+}
+
+/// Whether a request's `Cache-Control` value (several fields joined with commas)
+/// has `only-if-cached`: the requester wants a stored response or a 504, never a
+/// request onwards.
+pub fn only_if_cached(cache_control: &[u8]) -> bool {
+    directives(cache_control).any(|(name, _)| name.eq_ignore_ascii_case(b"only-if-cached"))
 }
 
 /// The directives of a `Cache-Control` value: name, and value if any (quotes
@@ -153,12 +186,43 @@ mod tests {
         let f = Freshness::of(Fields { expires: Some(expires), date: Some(date), ..Fields::default() }, 0);
         assert_eq!(f.lifetime_secs, Some(600));
         let aged = Fields { expires: Some(expires), date: Some(date), age: Some(b"100"), cache_control: None };
-        assert_eq!(Freshness::of(aged, 0).lifetime_secs, Some(500));
+        let f = Freshness::of(aged, 0);
+        assert_eq!((f.lifetime_secs, f.age_secs, f.remaining_secs()), (Some(600), 100, Some(500)));
         let invalid = Fields { expires: Some(b"0"), ..Fields::default() };
         assert_eq!(Freshness::of(invalid, 0).lifetime_secs, Some(0), "an invalid Expires is in the past");
         let both = Fields { expires: Some(expires), date: Some(date), cache_control: Some(b"max-age=5"), age: None };
         assert_eq!(Freshness::of(both, 0).lifetime_secs, Some(5), "max-age wins over Expires");
         let past = Fields { expires: Some(date), date: Some(expires), ..Fields::default() };
         assert_eq!(Freshness::of(past, 0).lifetime_secs, Some(0));
+    }
+
+    #[test]
+    fn the_age_at_arrival_is_the_larger_of_age_and_the_apparent_age() {
+        let date = b"Sun, 06 Nov 1994 08:49:37 GMT";
+        let at = crate::date::parse_secs(date).unwrap();
+        let f = |age: Option<&'static [u8]>, now: i64| {
+            Freshness::of(Fields { cache_control: Some(b"max-age=4"), date: Some(date), age, expires: None }, now)
+        };
+        // A parent held it 3 s: of its 4 s, 1 is left.
+        assert_eq!((f(Some(b"3"), at).age_secs, f(Some(b"3"), at).remaining_secs()), (3, Some(1)));
+        // A cache that relays the origin's Date and sends no Age (nginx): the
+        // apparent age, one second of rounding forgiven.
+        assert_eq!(f(None, at + 1).age_secs, 0, "one second apart is Date's rounding");
+        assert_eq!(f(None, at + 3).age_secs, 2);
+        assert_eq!(f(Some(b"10"), at + 3).age_secs, 10, "Age wins when larger");
+        assert_eq!(f(None, at - 50).age_secs, 0, "a Date in the future is no age");
+        assert_eq!(f(Some(b"x"), at).age_secs, 0, "a malformed Age is ignored");
+        assert_eq!(f(Some(b"9"), at).remaining_secs(), Some(0), "older than its lifetime: stale at once");
+        let none = Freshness::of(Fields { age: Some(b"7"), ..Fields::default() }, 0);
+        assert_eq!((none.lifetime_secs, none.age_secs, none.remaining_secs()), (None, 7, None));
+    }
+
+    #[test]
+    fn only_if_cached_is_found_among_the_directives() {
+        assert!(only_if_cached(b"only-if-cached"));
+        assert!(only_if_cached(b"max-age=0, Only-If-Cached"));
+        assert!(!only_if_cached(b"no-cache"));
+        assert!(!only_if_cached(b"only-if-cachedx"));
+        assert!(!only_if_cached(b""));
     }
 }

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use super::AdminState;
-use crate::origin::{ParentStats, UrlStats};
+use crate::origin::{ParentStats, PeerStats, UrlStats};
 use crate::server::cache::Cache;
 use crate::store::StoreStats;
 
@@ -32,6 +32,10 @@ pub(super) struct CacheView {
     pub origins: Vec<Origin>,
     /// The parent tier of each table: counters, and whether each is up.
     pub parents: Vec<ParentStats>,
+    /// The peers of each table: counters, misses, and whether each is up.
+    pub peers: Vec<PeerStats>,
+    /// `only-if-cached` requests (peers') answered 504.
+    pub only_if_cached_misses: u64,
     /// Requests refused with 508 because their `Via` named this node.
     pub loops: u64,
 }
@@ -97,6 +101,8 @@ pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
             })
             .collect(),
         parents: cache.origins.parent_stats(),
+        peers: cache.origins.peer_stats(),
+        only_if_cached_misses: s.only_if_cached_misses.get(),
         loops: cache.origins.loops(),
     })
 }

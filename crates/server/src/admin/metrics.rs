@@ -268,7 +268,14 @@ impl Workers {
             "Requests refused with 508 because their Via field named this node (the parents form a loop).",
             &[(&[], c.loops)],
         )?;
+        counter(
+            e,
+            "linerate_cache_only_if_cached_misses",
+            "Requests with Cache-Control: only-if-cached (peers') answered 504: not all stored and fresh.",
+            &[(&[], c.only_if_cached_misses)],
+        )?;
         self.encode_parents(e, &c.parents)?;
+        self.encode_peers(e, &c.peers)?;
         let origin_labels: Vec<Vec<(&str, String)>> = c
             .origins
             .iter()
@@ -426,6 +433,79 @@ impl Workers {
             MetricType::Gauge,
         )?;
         for (l, p) in labels.iter().zip(parents) {
+            m.encode_family(l)?.encode_gauge(&i64::from(p.up))?;
+        }
+        Ok(())
+    }
+}
+
+impl Workers {
+    /// Each peer's requests, answers, misses, errors and state.
+    fn encode_peers(
+        &self,
+        e: &mut DescriptorEncoder,
+        peers: &[crate::origin::PeerStats],
+    ) -> Result<(), std::fmt::Error> {
+        if peers.is_empty() {
+            return Ok(());
+        }
+        let labels: Vec<Vec<(&str, String)>> =
+            peers.iter().map(|p| vec![("table", p.stats.table.to_string()), ("peer", p.stats.url.clone())]).collect();
+        type Pick = fn(&crate::origin::PeerStats) -> u64;
+        let counters: [(&str, &str, Pick); 4] = [
+            ("linerate_peer_requests", "Requests sent to each peer (only-if-cached).", |p| p.stats.requests),
+            (
+                "linerate_peer_misses",
+                "504s (and other 3xx or 4xx) from each peer: it did not have what was asked.",
+                |p| p.misses,
+            ),
+            ("linerate_peer_body_bytes", "Body bytes received from each peer.", |p| p.stats.body_bytes),
+            (
+                "linerate_peer_marked_down",
+                "Times each peer was marked down (no connection, a timeout, a broken connection).",
+                |p| p.marked_down,
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (l, p) in labels.iter().zip(peers) {
+                m.encode_family(l)?
+                    .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&pick(p), None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_peer_responses",
+            "Response heads from each peer, by status class.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(peers) {
+            for (i, n) in p.stats.responses_by_class.iter().enumerate() {
+                let mut labels = l.clone();
+                labels.push(("class", format!("{}xx", i + 1)));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_peer_errors",
+            "Failed requests to each peer, by kind (a 504 is a miss, not an error).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, p) in labels.iter().zip(peers) {
+            for (kind, n) in &p.stats.errors {
+                let mut labels = l.clone();
+                labels.push(("kind", kind.to_string()));
+                m.encode_family(&labels)?.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_peer_up",
+            "1 while a peer is asked, 0 while it is marked down and skipped.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (l, p) in labels.iter().zip(peers) {
             m.encode_family(l)?.encode_gauge(&i64::from(p.up))?;
         }
         Ok(())

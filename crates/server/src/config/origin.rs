@@ -70,10 +70,24 @@ pub struct Origin {
     /// tier").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<String>,
-    /// How long a parent that failed (no connection, a timeout, a broken
-    /// connection) is skipped before it is probed again.
+    /// How long a parent or peer that failed (no connection, a timeout, a
+    /// broken connection) is skipped before it is probed again.
     #[serde(default = "default_parent_down_for", with = "humantime_serde")]
     pub parent_down_for: Duration,
+    /// The other edges of this node's group (`http://host:port`, their
+    /// plain-HTTP listen address; this node may be listed, and is left out):
+    /// asked first, with `Cache-Control: only-if-cached`, for what they have
+    /// stored; then the parents, then `urls` (docs/CACHE.md, "Peers").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// How many peers one request asks at most, in the order its key hashes
+    /// them to (rendezvous), skipping those marked down.
+    #[serde(default = "default_peer_tries")]
+    pub peer_tries: usize,
+}
+
+fn default_peer_tries() -> usize {
+    2
 }
 
 fn default_parent_down_for() -> Duration {
@@ -118,27 +132,31 @@ impl Origin {
         if let Some(s3) = &self.s3 {
             s3.validate(i, &urls, &self.key_args)?;
         }
-        let mut parents: Vec<BaseUrl> = Vec::with_capacity(self.parents.len());
-        for (j, url) in self.parents.iter().enumerate() {
-            let k = format!("origin[{i}].parents[{j}]");
-            let base = match parse_base_url(url) {
-                Ok(base) => base,
-                Err(problem) => return bad(k, problem),
-            };
-            if base.https {
-                return bad(k, format!("{url:?}: a parent is a linerate node's plain-HTTP listen address; https parents are not supported"));
+        for (name, list) in [("parents", &self.parents), ("peers", &self.peers)] {
+            let mut seen: Vec<BaseUrl> = Vec::with_capacity(list.len());
+            for (j, url) in list.iter().enumerate() {
+                let k = format!("origin[{i}].{name}[{j}]");
+                let what = if name == "parents" { "a parent" } else { "a peer" };
+                let base = match parse_base_url(url) {
+                    Ok(base) => base,
+                    Err(problem) => return bad(k, problem),
+                };
+                if base.https {
+                    return bad(k, format!("{url:?}: {what} is a linerate node's plain-HTTP listen address; https {name} are not supported"));
+                }
+                if base.path != "/" {
+                    return bad(
+                        k,
+                        format!("{url:?}: {what} is `http://host:port`, without a path (it serves the same prefix)"),
+                    );
+                }
+                if seen.iter().any(|p| p.host.eq_ignore_ascii_case(&base.host) && p.port == base.port) {
+                    return bad(k, format!("{url:?} is listed twice"));
+                }
+                seen.push(base);
             }
-            if base.path != "/" {
-                return bad(
-                    k,
-                    format!("{url:?}: a parent is `http://host:port`, without a path (it serves the same prefix)"),
-                );
-            }
-            if parents.iter().any(|p| p.host.eq_ignore_ascii_case(&base.host) && p.port == base.port) {
-                return bad(k, format!("{url:?} is listed twice"));
-            }
-            parents.push(base);
         }
+        range(&key("peer_tries"), self.peer_tries, 1, 64)?;
         if let Some(ca) = &self.ca_file {
             if !ca.is_file() {
                 return bad(key("ca_file"), format!("{ca:?} is not a readable file"));
@@ -405,6 +423,26 @@ mod tests {
         o.parents.clear();
         o.parent_down_for = Duration::from_millis(10);
         assert_eq!(o.validate(0).unwrap_err().0, "origin[0].parent_down_for");
+    }
+
+    #[test]
+    fn peers_are_checked_as_parents_are() {
+        let mut o: Origin = toml::from_str(
+            "prefix = \"/a/\"\nurls = [\"http://127.0.0.1:1/\"]\npeers = [\"http://10.0.0.2:80\", \"http://10.0.0.3\"]",
+        )
+        .unwrap();
+        assert_eq!((o.validate(0), o.peer_tries), (Ok(()), 2));
+        for (peers, at) in [
+            (vec!["https://10.0.0.1/"], "origin[1].peers[0]"),
+            (vec!["http://10.0.0.1:80/", "http://10.0.0.2/vod/"], "origin[1].peers[1]"),
+            (vec!["http://p:81", "http://P:81/"], "origin[1].peers[1]"),
+        ] {
+            o.peers = peers.iter().map(|p| p.to_string()).collect();
+            assert_eq!(o.validate(1).unwrap_err().0, at, "{peers:?}");
+        }
+        o.peers.clear();
+        o.peer_tries = 0;
+        assert_eq!(o.validate(0).unwrap_err().0, "origin[0].peer_tries");
     }
 
     #[test]

@@ -18,6 +18,10 @@
 //! [`OriginError::Denied`]. When every URL failed, the last failure is
 //! returned: a 5xx from the last URL is [`OriginError::Status`].
 //!
+//! **Peers and parents** (`parent`) come before the URLs: a request for a
+//! stored object asks up to `peer_tries` of the table's peers, `only-if-cached`
+//! (a 504 is a miss), then its parents in the key's order, then the URLs.
+//!
 //! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
 //! the TLS handshake; `first_byte_timeout` covers sending the request and
 //! receiving the head; `idle_timeout` is the longest wait for the next piece of a
@@ -67,7 +71,7 @@ pub(crate) use self::{
     error::{OriginError, Phase},
     request::{OriginRequest, PathEncoding},
     response::OriginResponse,
-    stats::{ParentStats, UrlStats},
+    stats::{ParentStats, PeerStats, UrlStats},
 };
 
 use connect::{chain, io_error_kind, Conn, Url};
@@ -115,7 +119,9 @@ struct Table {
     config: crate::config::Origin,
     urls: Vec<Arc<Url>>,
     /// The parent tier (`parents`), this node left out.
-    parents: Vec<parent::Parent>,
+    parents: Vec<parent::Member>,
+    /// The other edges of its group (`peers`), this node left out.
+    peers: Vec<parent::Member>,
     /// The signer of an S3 table.
     s3: Option<s3::Signer>,
     /// When a refusal of this S3 table was last logged, in milliseconds since
@@ -177,26 +183,18 @@ impl Origins {
                 (Some(_), None) => return Err(anyhow!("origin[{i}].s3: no credentials were read for it")),
             };
             let plain = crate::config::Origin { s3: None, ..config.clone() };
-            let mut parents = Vec::with_capacity(config.parents.len());
-            for (j, text) in config.parents.iter().enumerate() {
-                let mut url = Url::new(text, &plain, &tls, trust.clone())
-                    .map_err(|e| anyhow!("origin[{i}].parents[{j}]: {e}"))?;
-                if parent::is_self(&url.base, &node.listen) {
-                    tracing::info!("origin[{i}].parents[{j}]: {text} is this node, left out of its parents");
-                    continue;
-                }
-                // The parent serves the same prefix: it is asked for the viewer's path.
-                url.base.path = format!("{}{}", url.base.path, &config.prefix[1..]);
-                parents.push(parent::Parent::new(Arc::new(url)));
-            }
-            built.push(Table { config: config.clone(), urls, parents, s3, denied_logged: AtomicU64::new(0) });
+            let parents = members(i, config, "parents", (&plain, &tls, &trust), &node)?;
+            let peers = members(i, config, "peers", (&plain, &tls, &trust), &node)?;
+            built.push(Table { config: config.clone(), urls, parents, peers, s3, denied_logged: AtomicU64::new(0) });
         }
         let mut by_prefix: Vec<usize> = (0..built.len()).collect();
         by_prefix.sort_by_key(|&i| std::cmp::Reverse(built[i].config.prefix.len()));
 
         let runtime = Runtime::start(threads)?;
-        let all: Vec<Arc<Url>> =
-            built.iter().flat_map(|t| t.urls.iter().chain(t.parents.iter().map(|p| &p.url)).cloned()).collect();
+        let all: Vec<Arc<Url>> = built
+            .iter()
+            .flat_map(|t| t.urls.iter().chain(t.parents.iter().chain(&t.peers).map(|p| &p.url)).cloned())
+            .collect();
         runtime.spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_INTERVAL);
             loop {
@@ -204,7 +202,7 @@ impl Origins {
                 all.iter().for_each(|url| url.sweep());
             }
         });
-        let has_parents = built.iter().any(|t| !t.parents.is_empty());
+        let has_parents = built.iter().any(|t| !t.parents.is_empty() || !t.peers.is_empty());
         let origins = Arc::new(Origins {
             tables: built,
             by_prefix,
@@ -225,7 +223,7 @@ impl Origins {
                     let Some(o) = weak.upgrade() else { return };
                     let now = parent::millis_since(o.started);
                     for (i, t) in o.tables.iter().enumerate() {
-                        for p in &t.parents {
+                        for p in t.parents.iter().chain(&t.peers) {
                             p.probe(now, t.config.connect_timeout, t.config.parent_down_for, i).await;
                         }
                     }
@@ -300,13 +298,21 @@ impl Origins {
     /// or first-byte timeout, a connection broken before the head, or a 5xx
     /// response, the next URL is tried; returns the first response that is none of
     /// those, or the last failure (a 5xx from the last URL is
-    /// `OriginError::Status`). Call it from a task on the origin runtime
+    /// `OriginError::Status`). Before the URLs: the table's peers when
+    /// `req.peers` (`only-if-cached`, [`Origins::fetch_peers`]), then its
+    /// parents. Call it from a task on the origin runtime
     /// ([`Origins::spawn`]): the connections it opens run there.
     pub(crate) async fn fetch(&self, table: usize, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
         let t = &self.tables[table];
         let mut last = None;
+        let key = (!t.parents.is_empty() || !t.peers.is_empty()).then(|| tier_key(t, req));
+        if req.peers && !t.peers.is_empty() {
+            if let Some(response) = self.fetch_peers(table, t, key.as_deref().unwrap_or_default(), req).await {
+                return Ok(response);
+            }
+        }
         if !t.parents.is_empty() {
-            match self.fetch_parents(table, t, req).await {
+            match self.fetch_parents(table, t, key.as_deref().unwrap_or_default(), req).await {
                 Ok(response) => return Ok(response),
                 Err(e @ OriginError::Loop) => return Err(e),
                 Err(_) => {}
@@ -340,16 +346,15 @@ impl Origins {
     /// have one. A parent's 508 (the parents form a loop) is
     /// [`OriginError::Loop`], which goes no further; any other failure sends the
     /// caller on to the origin.
-    async fn fetch_parents(&self, table: usize, t: &Table, req: &OriginRequest) -> Result<OriginResponse, OriginError> {
-        let mut key = Vec::with_capacity(t.config.prefix.len() + req.path.len() + 16);
-        key.extend_from_slice(t.config.prefix.as_bytes());
-        key.extend_from_slice(&req.path);
-        if let Some(q) = &req.query {
-            key.push(b'?');
-            key.extend_from_slice(q);
-        }
+    async fn fetch_parents(
+        &self,
+        table: usize,
+        t: &Table,
+        key: &[u8],
+        req: &OriginRequest,
+    ) -> Result<OriginResponse, OriginError> {
         let mut last = OriginError::Connect(format!("origin[{table}]: every parent is down"));
-        for i in parent::order(&key, &t.parents) {
+        for i in parent::order(key, &t.parents) {
             let p = &t.parents[i];
             if !p.is_up() {
                 continue;
@@ -378,6 +383,53 @@ impl Origins {
             last = e;
         }
         Err(last)
+    }
+
+    /// `req` to the peers of table `t`, `only-if-cached`: at most the table's
+    /// `peer_tries` of those up, in the order of the object's `key`. The first
+    /// answer that is the object's (200, 206, 304, 416) is returned; a 504 (the
+    /// peer does not have it) or another 3xx or 4xx, counted in its misses, a
+    /// 5xx or 1xx, or a failure (counted in its errors) moves on to the next
+    /// peer, and after the last, `None`: the caller
+    /// goes on to the parents and the origin. A failure at the transport marks
+    /// the peer down, as a parent's does. A peer's answer is checked by the
+    /// caller exactly as an origin's (length, `Content-Range`, version).
+    async fn fetch_peers(&self, table: usize, t: &Table, key: &[u8], req: &OriginRequest) -> Option<OriginResponse> {
+        let mut asked = 0;
+        let req = OriginRequest { only_if_cached: true, ..req.clone() };
+        for i in parent::order(key, &t.peers) {
+            let p = &t.peers[i];
+            if !p.is_up() {
+                continue;
+            }
+            if asked == t.config.peer_tries {
+                break;
+            }
+            asked += 1;
+            let url = &p.url;
+            let e = match self.counted_exchange(t, (i, url), &req, false).await {
+                Ok((response, 200 | 206 | 304 | 416)) => return Some(response),
+                // 504: it does not have it; a 4xx (a 404 it has stored, say)
+                // or a 3xx is no answer for this node either: a miss too.
+                Ok((response, status @ (504 | 300..=499))) => {
+                    p.misses.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(table, peer = %url.text, status, "peer does not have it");
+                    response.discard(DISCARD_BODY_BYTES).await;
+                    continue;
+                }
+                Ok((response, status)) => {
+                    response.discard(DISCARD_BODY_BYTES).await;
+                    OriginError::Status(status)
+                }
+                Err(e) => e,
+            };
+            url.counters.count_error(&e);
+            tracing::debug!(table, peer = %url.text, error = %e, "peer request failed");
+            if let OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Timeout(_) = &e {
+                p.mark_down(parent::millis_since(self.started), t.config.parent_down_for, table, &e.to_string());
+            }
+        }
+        None
     }
 
     /// [`Origins::exchange`] to URL `i` of its list, counted in the URL's
@@ -495,6 +547,22 @@ impl Origins {
             .collect()
     }
 
+    /// Per peer: counters and state for /metrics and /status.
+    pub(crate) fn peer_stats(&self) -> Vec<PeerStats> {
+        self.tables
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| {
+                t.peers.iter().map(move |p| PeerStats {
+                    stats: p.url.counters.snapshot(i, &p.url.text),
+                    up: p.is_up(),
+                    marked_down: p.marked_down.load(Ordering::Relaxed),
+                    misses: p.misses.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+
     /// Per origin URL: counters for /metrics and /status.
     pub(crate) fn stats(&self) -> Vec<UrlStats> {
         self.tables
@@ -503,6 +571,49 @@ impl Origins {
             .flat_map(|(i, t)| t.urls.iter().map(move |u| u.counters.snapshot(i, &u.text)))
             .collect()
     }
+}
+
+/// The most of an unwanted answer's body (a peer's 504 page) read so that its
+/// connection can be used again; a longer one closes it.
+const DISCARD_BODY_BYTES: u64 = 16 * 1024;
+
+/// The key a request's object is hashed by among a table's parents and peers:
+/// the path as served (the table's prefix, then the rest) and its query.
+fn tier_key(t: &Table, req: &OriginRequest) -> Vec<u8> {
+    let mut key = Vec::with_capacity(t.config.prefix.len() + req.path.len() + 16);
+    key.extend_from_slice(t.config.prefix.as_bytes());
+    key.extend_from_slice(&req.path);
+    if let Some(q) = &req.query {
+        key.push(b'?');
+        key.extend_from_slice(q);
+    }
+    key
+}
+
+/// Table `i`'s parents or peers (`list`, its key's name): their URLs, each
+/// asked for the viewer's path (they serve the same prefix), this node left out.
+fn members(
+    i: usize,
+    config: &crate::config::Origin,
+    list: &'static str,
+    (plain, tls, trust): (&crate::config::Origin, &Arc<rustls::ClientConfig>, &Arc<str>),
+    node: &Node,
+) -> anyhow::Result<Vec<parent::Member>> {
+    let (texts, role) = match list {
+        "parents" => (&config.parents, "parent"),
+        _ => (&config.peers, "peer"),
+    };
+    let mut out = Vec::with_capacity(texts.len());
+    for (j, text) in texts.iter().enumerate() {
+        let mut url = Url::new(text, plain, tls, trust.clone()).map_err(|e| anyhow!("origin[{i}].{list}[{j}]: {e}"))?;
+        if parent::is_self(&url.base, &node.listen) {
+            tracing::info!("origin[{i}].{list}[{j}]: {text} is this node, left out of its {list}");
+            continue;
+        }
+        url.base.path = format!("{}{}", url.base.path, &config.prefix[1..]);
+        out.push(parent::Member::new(Arc::new(url), role));
+    }
+    Ok(out)
 }
 
 /// Whether a `Via` field value has an entry received by `name`: entries are

@@ -1,22 +1,22 @@
-//! The parent tier of a table: other linerate nodes asked before its origin.
+//! The cache tier of a table: other linerate nodes asked before its origin,
+//! its parents and its peers ([`Member`]).
 //!
-//! **Which parent.** Each object goes to one parent, chosen by rendezvous
+//! **Which one.** Each object goes to one parent, chosen by rendezvous
 //! (highest-random-weight) hashing: every parent gets a score, a stable 64-bit
 //! hash of the object's cache key and the parent's `host:port`, and the parents
 //! are tried from the highest score down ([`order`]). All slices of an object
 //! share its key, so they go to the same parent; removing a parent moves only
 //! the objects whose first choice it was, and every node with the same parents
 //! makes the same choice (the hash is FNV-1a with a SplitMix64 finish, the same
-//! in every build).
+//! in every build). Peers are ordered the same way, among themselves.
 //!
-//! **Health.** A parent that fails at the transport (no connection, a timeout
+//! **Health.** A member that fails at the transport (no connection, a timeout
 //! before the head, a connection broken before the head) is marked down and
 //! skipped for the table's `parent_down_for`; then a probe (a TCP connection to
 //! it, under `connect_timeout`) runs every [`PROBE_INTERVAL`] until one
 //! succeeds, which brings it back. A 5xx moves the request on to the next
-//! parent without marking the parent down: it says the parent's own origin
-//! failed, not that the parent did. The state is atomics shared by every
-//! origin thread.
+//! member without marking it down: it says the parent's own origin failed, not
+//! that the parent did. The state is atomics shared by every origin thread.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -29,24 +29,36 @@ use crate::config::BaseUrl;
 /// How often a parent marked down, and past its `parent_down_for`, is probed.
 pub(super) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// One parent of one table.
-pub(super) struct Parent {
-    /// Its base path is the parent's path followed by the table's prefix: a
-    /// parent is asked for the path the viewer asked this node for.
+/// One parent or peer of one table.
+pub(super) struct Member {
+    /// Its base path is the member's path followed by the table's prefix: it is
+    /// asked for the path the viewer asked this node for.
     pub(super) url: Arc<Url>,
+    /// "parent" or "peer", for the log.
+    role: &'static str,
     /// `host:port`, lowercase: what its score hashes.
     id: String,
     down: AtomicBool,
-    /// When a down parent may be probed, in ms since [`super::Origins::started`].
+    /// When a down member may be probed, in ms since [`super::Origins::started`].
     probe_at: AtomicU64,
     /// Times it was marked down.
     pub(super) marked_down: AtomicU64,
+    /// A peer's 504s (and other 3xx or 4xx) to `only-if-cached`: it did not have what was asked.
+    pub(super) misses: AtomicU64,
 }
 
-impl Parent {
-    pub(super) fn new(url: Arc<Url>) -> Parent {
+impl Member {
+    pub(super) fn new(url: Arc<Url>, role: &'static str) -> Member {
         let id = format!("{}:{}", url.base.host, url.base.port).to_ascii_lowercase();
-        Parent { url, id, down: AtomicBool::new(false), probe_at: AtomicU64::new(0), marked_down: AtomicU64::new(0) }
+        Member {
+            url,
+            role,
+            id,
+            down: AtomicBool::new(false),
+            probe_at: AtomicU64::new(0),
+            marked_down: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
     }
 
     pub(super) fn is_up(&self) -> bool {
@@ -60,7 +72,8 @@ impl Parent {
         if !self.down.swap(true, Relaxed) {
             self.marked_down.fetch_add(1, Relaxed);
             tracing::warn!(
-                "origin[{table}]: parent {} is down ({why}); skipped for {} s, then probed",
+                "origin[{table}]: {} {} is down ({why}); skipped for {} s, then probed",
+                self.role,
                 self.url.text,
                 down_for.as_secs_f64()
             );
@@ -77,16 +90,16 @@ impl Parent {
         let ok = matches!(tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)));
         if ok {
             self.down.store(false, Relaxed);
-            tracing::info!("origin[{table}]: parent {} is back up (probe connected)", self.url.text);
+            tracing::info!("origin[{table}]: {} {} is back up (probe connected)", self.role, self.url.text);
         } else {
             self.probe_at.store(now_ms + down_for.as_millis() as u64, Relaxed);
         }
     }
 }
 
-/// The indexes of `parents` in the order an object of cache key `key` tries
-/// them: highest score first.
-pub(super) fn order(key: &[u8], parents: &[Parent]) -> Vec<usize> {
+/// The indexes of `parents` (or peers) in the order an object of cache key
+/// `key` tries them: highest score first.
+pub(super) fn order(key: &[u8], parents: &[Member]) -> Vec<usize> {
     let mut scored: Vec<(u64, usize)> = parents.iter().enumerate().map(|(i, p)| (score(key, &p.id), i)).collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     scored.into_iter().map(|(_, i)| i).collect()
@@ -105,18 +118,22 @@ pub(super) fn score(key: &[u8], id: &str) -> u64 {
     h ^ (h >> 31)
 }
 
-/// Whether a parent address is this node: an IP address (or `localhost`) on a
-/// port it listens on, at that address or at the unspecified one when the
-/// parent's address is a loopback one. A name that resolves to this node is not
-/// recognised here; the `Via` check refuses what it sends to itself.
+/// Whether a parent or peer address is this node: an IP address (or
+/// `localhost`) on a port it listens on, at that address, or at the unspecified
+/// one when the address is a loopback one or one of this host's own (one a
+/// socket can be bound to: `10.0.0.2:80` in the peers of the node at 10.0.0.2
+/// listening on `0.0.0.0:80`). A name that resolves to this node is not
+/// recognised here; the `Via` check refuses what it sends to itself as a
+/// parent, and what it asks itself as a peer is answered from its own store.
 pub(super) fn is_self(base: &BaseUrl, listen: &[SocketAddr]) -> bool {
     let host = super::connect::bare_host(&base.host);
     let ip: Option<IpAddr> =
         if host.eq_ignore_ascii_case("localhost") { Some(IpAddr::from([127, 0, 0, 1])) } else { host.parse().ok() };
     let Some(ip) = ip else { return false };
-    listen.iter().any(|l| {
-        l.port() == base.port && (l.ip() == ip || (l.ip().is_unspecified() && ip.is_loopback()) || ip.is_unspecified())
-    })
+    let local = || ip.is_loopback() || ip.is_unspecified() || std::net::UdpSocket::bind((ip, 0)).is_ok();
+    listen
+        .iter()
+        .any(|l| l.port() == base.port && (l.ip() == ip || ip.is_unspecified() || (l.ip().is_unspecified() && local())))
 }
 
 /// Milliseconds since `started`.
@@ -184,5 +201,8 @@ mod tests {
         assert!(is_self(&url("http://127.0.0.2:8081/"), &lo));
         assert!(!is_self(&url("http://127.0.0.1:8081/"), &lo));
         assert!(!is_self(&url("http://parent.example:8081/"), &any));
+        // An address of this host's own, with a wildcard listener on its port.
+        assert!(is_self(&url("http://127.0.0.5:8081/"), &any));
+        assert!(!is_self(&url("http://192.0.2.1:8081/"), &any), "TEST-NET-1 is no address of this host");
     }
 }

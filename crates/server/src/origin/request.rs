@@ -59,6 +59,12 @@ pub(crate) struct OriginRequest {
     /// The `Via` field of the viewer request that caused this one, if it had
     /// one: this node's entry is appended to it ([`add_via`]).
     pub via: Option<Vec<u8>>,
+    /// For a stored object (its head or a slice), not a passed-through answer:
+    /// the table's peers may have it, and are asked first.
+    pub peers: bool,
+    /// `Cache-Control: only-if-cached` (RFC 9111 section 5.2.1.7): a peer answers
+    /// from its store or with 504, never by asking onwards.
+    pub only_if_cached: bool,
 }
 
 /// How the path of a request is percent-encoded.
@@ -146,6 +152,10 @@ impl OriginRequest {
             if !OWN_FIELDS.contains(&name) {
                 h.append(name, value);
             }
+        }
+        if self.only_if_cached {
+            // In place of any forwarded Cache-Control: a peer must never fill.
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("only-if-cached"));
         }
         Ok(req)
     }
@@ -274,5 +284,20 @@ mod tests {
         assert!(h.get("cookie").is_none());
         assert_eq!(h["user-agent"], USER_AGENT, "linerate's own field wins");
         assert!(h.get("x-bad").is_none(), "a value with a newline is not sendable");
+        assert!(h.get("cache-control").is_none());
+    }
+
+    #[test]
+    fn a_peer_is_asked_only_if_cached() {
+        let req = OriginRequest {
+            path: b"a".to_vec(),
+            only_if_cached: true,
+            forwarded: vec![("Cache-Control".into(), b"no-cache".to_vec())],
+            ..OriginRequest::default()
+        };
+        let allowed = ["Cache-Control".to_string()];
+        let built = req.build("/", &HeaderValue::from_static("h"), &allowed, PathEncoding::Http).unwrap();
+        let all: Vec<_> = built.headers().get_all("cache-control").iter().collect();
+        assert_eq!(all, ["only-if-cached"], "the viewer's Cache-Control is replaced");
     }
 }

@@ -18,7 +18,7 @@ pub(crate) struct OriginResponse {
     pub status: u16,
     pub headers: http::HeaderMap,
     /// Which URL of the table answered (an index into its `urls`, or into its
-    /// parents for a parent's answer).
+    /// parents or peers for a parent's or a peer's answer).
     pub url: usize,
     /// From sending the request to the head received.
     pub first_byte: Duration,
@@ -102,6 +102,15 @@ impl OriginResponse {
                 self.origin_url.counters.count_body(data.len());
                 return Ok(Some(data));
             }
+        }
+    }
+
+    /// Reads an unwanted answer's body to its end (a peer's 504 page) when its
+    /// `Content-Length` is at most `max_bytes`, so its connection goes back to
+    /// the pool; a longer or unframed one is dropped, closing it.
+    pub(crate) async fn discard(mut self, max_bytes: u64) {
+        if self.content_length.is_some_and(|n| n <= max_bytes) {
+            while let Ok(Some(_)) = self.chunk().await {}
         }
     }
 

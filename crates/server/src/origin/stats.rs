@@ -53,6 +53,20 @@ pub(crate) struct ParentStats {
     pub marked_down: u64,
 }
 
+/// One peer's counters (its requests, answers and errors, as an origin URL's),
+/// its state, and its misses.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub(crate) struct PeerStats {
+    #[serde(flatten)]
+    pub stats: UrlStats,
+    /// Not marked down: requests go to it.
+    pub up: bool,
+    /// Times it was marked down.
+    pub marked_down: u64,
+    /// Its 504s (and other 3xx or 4xx) to `only-if-cached`: it did not have what was asked.
+    pub misses: u64,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Counters {
     requests: AtomicU64,

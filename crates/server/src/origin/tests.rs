@@ -254,6 +254,8 @@ async fn the_request_carries_exactly_linerates_fields() {
         if_modified_since: Some(b"Wed, 21 Oct 2015 07:28:00 GMT".to_vec()),
         forwarded: vec![("X-Request-Id".into(), b"42".to_vec()), ("Cookie".into(), b"session=1".to_vec())],
         via: Some(b"1.1 proxy.example".to_vec()),
+        peers: true,
+        only_if_cached: false,
     };
     let got = fetch(&origins, 0, req).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..], got.end.is_ok()), (200, 0, &b"ok"[..], true));
@@ -770,4 +772,88 @@ fn this_node_is_left_out_of_its_parents() {
     let origins = Origins::start_as(&[t], &[], 1, node).unwrap();
     let parents: Vec<String> = origins.parent_stats().into_iter().map(|p| p.stats.url).collect();
     assert_eq!(parents, ["http://127.0.0.1:8082"]);
+}
+
+#[tokio::test]
+async fn peers_are_asked_only_if_cached_then_the_parents_and_the_origin() {
+    // `has` answers from its store; `lacks` answers 504; `dead` refuses connections.
+    let has = Server::start(|_| Reply::Keep(ok("from peer"))).await;
+    let lacks =
+        Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 7", "missing"))).await;
+    let parent = Server::start(|_| Reply::Keep(ok("from parent"))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[origin.url()]);
+    t.peers = vec![format!("http://127.0.0.1:{}", lacks.port)];
+    t.parents = vec![format!("http://127.0.0.1:{}", parent.port)];
+    let mut with_has = t.clone();
+    with_has.prefix = "/live/".into();
+    with_has.peers = vec![format!("http://127.0.0.1:{}", has.port)];
+    let origins = Origins::start(&[t, with_has], &[], 1).unwrap();
+    let stored = |path: &str| OriginRequest { peers: true, ..get(path) };
+
+    // A peer that has it answers; nobody else is asked.
+    let got = fetch(&origins, 1, stored("a.mp4")).await.unwrap();
+    assert_eq!(got.body, b"from peer");
+    let head = has.heads.lock().unwrap()[0].to_ascii_lowercase();
+    assert!(head.starts_with("get /live/a.mp4 ") && head.contains("\r\ncache-control: only-if-cached\r\n"), "{head}");
+    assert_eq!(origin.heads.lock().unwrap().len(), 0);
+
+    // A peer's 504 is a miss: on to the parent, on the same connection next time.
+    for _ in 0..3 {
+        assert_eq!(fetch(&origins, 0, stored("b.mp4")).await.unwrap().body, b"from parent");
+    }
+    let peer = &origins.peer_stats()[0];
+    assert_eq!((peer.stats.requests, peer.misses, peer.up), (3, 3, true));
+    assert_eq!(errors(&peer.stats, "status"), 0, "a 504 is a miss, not an error");
+    assert_eq!(lacks.accepts.load(Ordering::Relaxed), 1, "the 504's body was read: its connection kept");
+    assert!(!parent.heads.lock().unwrap()[0].to_ascii_lowercase().contains("only-if-cached"));
+
+    // A passed-through request skips the peers.
+    assert_eq!(fetch(&origins, 0, get("c.mp4")).await.unwrap().body, b"from parent");
+    assert_eq!(origins.peer_stats()[0].stats.requests, 3);
+}
+
+#[tokio::test]
+async fn a_dead_peer_is_marked_down_and_peer_tries_bounds_the_asking() {
+    let lacks: Vec<Server> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(
+                Server::start(|_| Reply::Keep(response("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0", ""))).await,
+            );
+        }
+        v
+    };
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[origin.url()]);
+    t.peers = lacks.iter().map(|s| format!("http://127.0.0.1:{}", s.port)).collect();
+    t.peers.push(refused_url().trim_end_matches('/').to_string());
+    t.peer_tries = 2;
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    for n in 0..20 {
+        let req = OriginRequest { peers: true, ..get(&format!("t{n}.mp4")) };
+        assert_eq!(fetch(&origins, 0, req).await.unwrap().body, b"from origin");
+    }
+    let stats = origins.peer_stats();
+    let asked: u64 = stats.iter().map(|p| p.stats.requests).sum();
+    // Two per request (the dead one counts as asked), the dead one once, then skipped.
+    assert_eq!(asked, 40);
+    let dead = &stats[3];
+    assert_eq!((dead.up, dead.marked_down, dead.stats.requests), (false, 1, 1));
+    assert_eq!(origin.heads.lock().unwrap().len(), 20);
+}
+
+#[tokio::test]
+async fn a_peers_404_is_a_miss_and_its_5xx_an_error() {
+    let gone = Server::start(|_| Reply::Keep(response("HTTP/1.1 404 Not Found\r\nContent-Length: 0", ""))).await;
+    let broken = Server::start(|_| Reply::Keep(response("HTTP/1.1 500 No\r\nContent-Length: 0", ""))).await;
+    let origin = Server::start(|_| Reply::Keep(ok("from origin"))).await;
+    let mut t = table("/vod/", &[origin.url()]);
+    t.peers = [&gone, &broken].iter().map(|s| format!("http://127.0.0.1:{}", s.port)).collect();
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    let req = OriginRequest { peers: true, ..get("a.mp4") };
+    assert_eq!(fetch(&origins, 0, req).await.unwrap().body, b"from origin");
+    let stats = origins.peer_stats();
+    assert_eq!((stats[0].misses, errors(&stats[0].stats, "status")), (1, 0));
+    assert_eq!((stats[1].misses, errors(&stats[1].stats, "status"), stats[1].up), (0, 1, true));
 }

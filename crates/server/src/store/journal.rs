@@ -4,17 +4,20 @@
 //! A line is a record's fields separated by spaces, then its FNV-1a checksum:
 //!
 //! ```text
-//! M <seq> <key> <gen> <status> <size> <stored_at> <fresh_until_ms> <swr_until_ms> <sie_until_ms> <etag> <last_modified> <content_type> <full key>
+//! M <seq> <key> <gen> <status> <size> <dated_at_ms> <fresh_until_ms> <swr_until_ms> <sie_until_ms> <etag> <last_modified> <content_type> <full key>
 //! S <seq> <key> <gen> <index> <len> <dev> <ino> <mtime_ns>
 //! s <seq> <key> <gen> <index>
 //! D <seq> <key>
 //! ```
 //!
 //! `M` records an object's metadata, `S` a committed slice, `s` a dropped slice,
-//! `D` a dropped object. `stored_at` is in Unix seconds, the three deadlines in
-//! Unix milliseconds. Journals written before deadlines had milliseconds hold `O`
-//! records instead, the same fields with the deadlines in seconds: they are still
-//! read (a restart after an upgrade keeps the cache), and never written. Keys are hex; byte strings are `-` (none) or `x` and hex.
+//! `D` a dropped object. `dated_at_ms` is when the object's age was zero
+//! (`ObjectMeta::dated_at_ms`); it and the three deadlines are Unix milliseconds.
+//! Journals written before milliseconds hold `O` records instead, the same fields
+//! in seconds, the first of them the time the object was stored (read as an age
+//! of zero on arrival): they are still
+//! read (a restart after an upgrade keeps the cache), and never written. Keys are
+//! hex; byte strings are `-` (none) or `x` and hex.
 //! Text rather than binary: a journal is read with `less` when a cache misbehaves,
 //! and parsing 100,000 records takes milliseconds either way.
 //!
@@ -85,7 +88,7 @@ impl Record {
                     hex(key),
                     meta.status,
                     meta.size,
-                    meta.stored_at,
+                    meta.dated_at_ms,
                     meta.fresh_until_ms,
                     meta.stale_while_revalidate_until_ms,
                     meta.stale_if_error_until_ms
@@ -127,7 +130,7 @@ impl Record {
         let key = parse_key(f.next()?)?;
         let record = match kind {
             "M" | "O" => {
-                // `O`: the format before milliseconds, deadlines in seconds.
+                // `O`: the format before milliseconds, times in seconds.
                 let unit: i64 = if kind == "O" { 1000 } else { 1 };
                 let deadline = |f: &mut std::str::Split<'_, char>| -> Option<i64> {
                     Some(f.next()?.parse::<i64>().ok()?.saturating_mul(unit))
@@ -135,7 +138,7 @@ impl Record {
                 let gen = f.next()?.parse().ok()?;
                 let status = f.next()?.parse().ok()?;
                 let size = f.next()?.parse().ok()?;
-                let stored_at = f.next()?.parse().ok()?;
+                let dated_at_ms = deadline(&mut f)?;
                 let fresh_until_ms = deadline(&mut f)?;
                 let stale_while_revalidate_until_ms = deadline(&mut f)?;
                 let stale_if_error_until_ms = deadline(&mut f)?;
@@ -150,7 +153,7 @@ impl Record {
                     etag,
                     last_modified,
                     content_type,
-                    stored_at,
+                    dated_at_ms,
                     fresh_until_ms,
                     stale_while_revalidate_until_ms,
                     stale_if_error_until_ms,
@@ -408,7 +411,7 @@ mod tests {
             etag: Some(b"\"e 1\"".to_vec()),
             last_modified: None,
             content_type: Some(Vec::new()),
-            stored_at: 1_700_000_000,
+            dated_at_ms: 1_700_000_000_000,
             fresh_until_ms: 1_700_000_600_250,
             stale_while_revalidate_until_ms: -1,
             stale_if_error_until_ms: 0,
@@ -454,7 +457,7 @@ mod tests {
             panic!("an O record is read: {line}");
         };
         assert_eq!((seq, key, gen), (5, [9; 16], 5));
-        assert_eq!((meta.status, meta.size, meta.stored_at), (200, 1 << 20, 1_700_000_000));
+        assert_eq!((meta.status, meta.size, meta.dated_at_ms), (200, 1 << 20, 1_700_000_000_000));
         assert_eq!(
             (meta.fresh_until_ms, meta.stale_while_revalidate_until_ms, meta.stale_if_error_until_ms),
             (1_700_000_600_000, 1_700_000_630_000, 1_700_003_600_000)

@@ -119,12 +119,18 @@ pub(crate) struct ObjectMeta {
     pub etag: Option<Vec<u8>>,
     pub last_modified: Option<Vec<u8>>,
     pub content_type: Option<Vec<u8>>,
-    /// Unix seconds: when the object was fetched (a made-up ETag and a missing
-    /// Last-Modified come from it).
-    pub stored_at: i64,
-    /// Unix milliseconds: fresh until then, servable while revalidating until
-    /// the second, and when the origin fails until the third. Milliseconds, so a
-    /// live playlist's lifetime of 500 ms ends when it should.
+    /// Unix milliseconds at which the response was of age zero: when it was
+    /// received less the age it arrived with (its `Age`, or the time since its
+    /// `Date`; `linerate_http::freshness`). Its age at time `t` is
+    /// `t - dated_at_ms`, what the `Age` field of a response from it says (in
+    /// whole seconds); a made-up ETag and a missing Last-Modified come from it.
+    /// (Journals written before ages were kept hold the time received: an age of
+    /// zero on arrival.)
+    pub dated_at_ms: i64,
+    /// Unix milliseconds: fresh until then (the age-zero time plus the freshness
+    /// lifetime), servable while revalidating until the second, and when the
+    /// origin fails until the third. Milliseconds, so a live playlist's lifetime
+    /// of 500 ms ends when it should.
     pub fresh_until_ms: i64,
     pub stale_while_revalidate_until_ms: i64,
     pub stale_if_error_until_ms: i64,

@@ -45,7 +45,7 @@ fn meta(key: &str, size: u64, etag: &str) -> ObjectMeta {
         etag: Some(etag.as_bytes().to_vec()),
         last_modified: None,
         content_type: Some(b"video/mp4".to_vec()),
-        stored_at: 1_700_000_000,
+        dated_at_ms: 1_700_000_000_000,
         fresh_until_ms: 1_700_000_600_000,
         stale_while_revalidate_until_ms: 1_700_000_600_000,
         stale_if_error_until_ms: 1_700_000_600_000,
@@ -139,7 +139,7 @@ fn objects_and_slices_survive_a_reopen() {
     assert_eq!(lines.records.len(), 6);
 }
 
-/// A cache written before deadlines had milliseconds (`O` records, deadlines in
+/// A cache written before times had milliseconds (`O` records, times in
 /// seconds) is kept by a restart on the new format: its objects with their
 /// deadlines in milliseconds, its slices served; new records go on in `M`.
 #[test]
@@ -160,8 +160,9 @@ fn a_journal_of_the_format_in_seconds_keeps_its_cache() {
             continue;
         };
         let mut f: Vec<String> = rest.rsplit_once(' ').unwrap().0.split(' ').map(str::to_string).collect();
-        for deadline in &mut f[6..9] {
-            *deadline = (deadline.parse::<i64>().unwrap() / 1000).to_string();
+        // dated_at and the three deadlines.
+        for time in &mut f[5..9] {
+            *time = (time.parse::<i64>().unwrap() / 1000).to_string();
         }
         let body = format!("O {}", f.join(" "));
         let sum = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
@@ -172,7 +173,7 @@ fn a_journal_of_the_format_in_seconds_keeps_its_cache() {
 
     let store = open(&cfg);
     let m = store.object(&key).expect("the object is kept");
-    assert_eq!(*m, meta("/vod/old.mp4", size, "e1"), "deadlines read as seconds, held as milliseconds");
+    assert_eq!(*m, meta("/vod/old.mp4", size, "e1"), "times read as seconds, held as milliseconds");
     for index in 0..3 {
         let len = expected_len(size, SLICE, index);
         assert_eq!(read_slice(&store, &key, index).unwrap(), bytes_of(&key, index, len), "slice {index}");

@@ -162,6 +162,7 @@ impl Cache {
                     query: key.origin_query.clone(),
                     via: key.via.clone(),
                     range: Some((first, last)),
+                    peers: true,
                     ..OriginRequest::default()
                 };
                 let mut r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;

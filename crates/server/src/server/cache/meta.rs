@@ -90,10 +90,13 @@ pub(super) fn freshness(headers: &HeaderMap, now_secs: i64) -> Freshness {
 }
 
 /// The metadata of an object from the head of a response that showed its size
-/// (`size`), at `now_ms` (Unix milliseconds), under `table`'s defaults: fresh for
-/// the origin's lifetime or the table's `default_ttl` (`negative_ttl` for a 404 or
-/// 410), stale windows from the origin's fields or the table's. The origin's
-/// fields count in seconds, the table's durations to the millisecond.
+/// (`size`), received at `now_ms` (Unix milliseconds), under `table`'s defaults:
+/// fresh for the origin's lifetime or the table's `default_ttl` (`negative_ttl` for
+/// a 404 or 410), stale windows from the origin's fields or the table's. The
+/// origin's fields count in seconds, the table's durations to the millisecond. The
+/// lifetime counts from the response's age zero, not from its arrival: one that a
+/// parent or peer has held for a while (its `Age`, or an old `Date`) has that much
+/// less left here ([`Freshness::age_secs`]); so does the table's default.
 pub(super) fn object_meta(
     key: &[u8],
     status: u16,
@@ -113,7 +116,8 @@ pub(super) fn object_meta(
         f.lifetime_secs.map_or(ms(table.default_ttl), secs_ms)
     };
     let after = |at: i64, d: u64| at.saturating_add(i64::try_from(d).unwrap_or(i64::MAX));
-    let fresh_until_ms = after(now_ms, lifetime_ms);
+    let dated_ms = now_ms.saturating_sub(i64::try_from(secs_ms(f.age_secs)).unwrap_or(i64::MAX));
+    let fresh_until_ms = after(dated_ms, lifetime_ms);
     let swr_ms = f.stale_while_revalidate_secs.map_or(ms(table.stale_while_revalidate), secs_ms);
     let sie_ms = f.stale_if_error_secs.map_or(ms(table.stale_if_error), secs_ms);
     ObjectMeta {
@@ -123,7 +127,7 @@ pub(super) fn object_meta(
         etag: field(headers, header::ETAG).map(<[u8]>::to_vec),
         last_modified: field(headers, header::LAST_MODIFIED).map(<[u8]>::to_vec),
         content_type: field(headers, header::CONTENT_TYPE).map(<[u8]>::to_vec),
-        stored_at: now_secs,
+        dated_at_ms: dated_ms,
         fresh_until_ms,
         stale_while_revalidate_until_ms: after(fresh_until_ms, swr_ms),
         stale_if_error_until_ms: after(fresh_until_ms, sie_ms),
@@ -181,7 +185,7 @@ mod tests {
             &t,
         );
         assert_eq!((m.fresh_until_ms, m.stale_if_error_until_ms), (1_005_123, 1_005_123 + 3_600_000));
-        assert_eq!((m.status, m.size, m.etag.as_deref(), m.stored_at), (200, 10, Some(&b"\"x\""[..]), 1000));
+        assert_eq!((m.status, m.size, m.etag.as_deref(), m.dated_at_ms), (200, 10, Some(&b"\"x\""[..]), 1_000_123));
         let m = object_meta(b"/v/a", 200, 10, &headers(&[]), 1_000_000, &t);
         assert_eq!(m.fresh_until_ms, 1_060_000, "the table's default_ttl");
         let m = object_meta(b"/v/a", 404, 0, &headers(&[("cache-control", "max-age=600")]), 1_000_000, &t);
@@ -235,5 +239,29 @@ mod tests {
         assert!(!same_version(&m, &headers(&[("last-modified", "x")])), "a validator gone is a change");
         let r = refreshed(&m, &headers(&[("cache-control", "max-age=9")]), 100_000, &table());
         assert_eq!((r.etag, r.fresh_until_ms), (m.etag.clone(), 109_000), "a 304 keeps the validators");
+    }
+
+    #[test]
+    fn an_aged_response_has_less_of_its_lifetime_left() {
+        let t = table();
+        // max-age=4 with Age: 3 (a parent held it 3 s): fresh for 1 s here.
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=4"), ("age", "3")]), 1_000_000, &t);
+        assert_eq!((m.dated_at_ms, m.fresh_until_ms), (997_000, 1_001_000));
+        assert_eq!(m.stale_if_error_until_ms, 1_001_000 + 3_600_000, "stale windows follow the freshness");
+        // The table's default counts from the same point.
+        let m = object_meta(b"k", 206, 10, &headers(&[("age", "25")]), 1_000_000, &t);
+        assert_eq!((m.dated_at_ms, m.fresh_until_ms), (975_000, 1_035_000));
+        // Older than its lifetime: stale on arrival.
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=4"), ("age", "9")]), 1_000_000, &t);
+        assert!(m.fresh_until_ms <= 1_000_000);
+        // A 304 from a parent that has held the object 5 s.
+        let r = refreshed(&m, &headers(&[("cache-control", "s-maxage=60"), ("age", "5")]), 2_000_000, &t);
+        assert_eq!((r.dated_at_ms, r.fresh_until_ms), (1_995_000, 2_055_000));
+        // An old Date and no Age (a cache that relays the origin's Date).
+        let mut date = [0u8; linerate_http::date::HTTP_DATE_LEN];
+        linerate_http::date::format_secs(1000 - 30, &mut date);
+        let date = std::str::from_utf8(&date).unwrap();
+        let m = object_meta(b"k", 206, 10, &headers(&[("cache-control", "max-age=60"), ("date", date)]), 1_000_000, &t);
+        assert_eq!((m.dated_at_ms, m.fresh_until_ms), (971_000, 1_031_000));
     }
 }

@@ -150,6 +150,8 @@ pub(crate) struct CacheStats {
     pub unstored_slices: Tally,
     pub replaced: Tally,
     pub store_errors: Tally,
+    /// `only-if-cached` requests (peers') answered 504: not all stored and fresh.
+    pub only_if_cached_misses: Tally,
 }
 
 /// Slice fills under way, by object and slice, with the version each fills.
@@ -234,6 +236,22 @@ impl Cache {
     /// in the index (a byte past the end needs none): no look at its file.
     pub(crate) fn has_slice(&self, key: &Key, meta: &ObjectMeta, offset: u64) -> bool {
         offset >= meta.size || self.store.indexed(&key.hash, meta, offset / self.slice_bytes)
+    }
+
+    /// Whether every slice holding bytes `first..first + len` of the object
+    /// `meta` describes is in the index.
+    pub(crate) fn has_range(&self, key: &Key, meta: &ObjectMeta, first: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let last = (first + len - 1).min(meta.size.saturating_sub(1));
+        (first / self.slice_bytes..=last / self.slice_bytes).all(|i| self.has_slice(key, meta, i * self.slice_bytes))
+    }
+
+    /// The object `key` names, when it is stored and fresh (for `only-if-cached`:
+    /// no origin request, no revalidation).
+    pub(crate) fn stored_fresh(&self, key: &Key) -> Option<Arc<ObjectMeta>> {
+        self.store.object(&key.hash).filter(|m| m.key == key.text && unix_now_ms() < m.fresh_until_ms)
     }
 
     /// Counts a response from an object under the status it was logged with.
@@ -336,6 +354,7 @@ impl Cache {
             query: key.origin_query.clone(),
             via: key.via.clone(),
             range: Some((index * s, index * s + s - 1)),
+            peers: true,
             ..OriginRequest::default()
         };
         if let Some(m) = old.filter(|m| m.status == 200) {

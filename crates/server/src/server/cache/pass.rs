@@ -14,12 +14,13 @@ use super::{Cache, Failure, FillState, Key};
 use crate::origin::OriginRequest;
 
 /// The fields of an origin's answer a passed-through response carries on.
-const RELAYED: [HeaderName; 9] = [
+const RELAYED: [HeaderName; 10] = [
     header::CONTENT_TYPE,
     header::CONTENT_RANGE,
     header::ETAG,
     header::LAST_MODIFIED,
     header::CACHE_CONTROL,
+    header::AGE,
     header::EXPIRES,
     header::SET_COOKIE,
     header::VARY,

@@ -85,11 +85,19 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             if let Some((table, rest)) = cache.origins.route(&self.scratch) {
                 let args = &cache.origins.table(table).key_args;
                 let mut key = Key::new(&self.scratch, rest, target.query, args);
-                let via = super::cached::raw_fields(
+                let fields = super::cached::raw_fields(
                     &self.buf[self.head_at.0 as usize..self.head_at.1 as usize],
-                    &["Via".to_string()],
+                    &["Via", "Cache-Control"],
                 );
-                key.via = via.into_iter().next().map(|(_, v)| v);
+                let only_if_cached =
+                    fields.iter().any(|(n, v)| n == "Cache-Control" && linerate_http::freshness::only_if_cached(v));
+                key.via = fields.into_iter().find(|(n, _)| n == "Via").map(|(_, v)| v);
+                // A peer's request: answered from the store or with 504, never
+                // sent on (so it cannot go round a loop, whatever its Via).
+                if only_if_cached {
+                    let (key, cache) = (Arc::new(key), cache.clone());
+                    return self.send_stored(&cache, table, key, keep_alive).await;
+                }
                 // A request this node sent already: the parents form a loop, and
                 // forwarding it again would go round for ever.
                 if key.via.as_deref().is_some_and(|v| cache.origins.via_names_me(v)) {
@@ -158,12 +166,45 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let settings = self.settings;
         let max_ranges = settings.config.limits.max_ranges;
         let plan = plan_file(&self.req, info, max_ranges, self.worker.next_boundary_seed());
+        // only-if-cached: every byte the body needs must be stored, else 504.
+        if let Source::Object(o) = source {
+            let stored = |first: u64, len: u64| o.cache.has_range(o.key, o.meta, first, len);
+            let all_stored = !o.stored_only
+                || self.req.method == Method::Head
+                || match &plan.body {
+                    Body::Empty => true,
+                    Body::Range(r) => stored(r.first, r.len_bytes()),
+                    Body::Multipart(mp) => mp.ranges.iter().all(|r| stored(r.first, r.len_bytes())),
+                };
+            if !all_stored {
+                drop(plan);
+                return Ok(self.send_not_stored(o.cache, keep_alive).await?);
+            }
+        }
         let mut h = start_head(&mut self.head, self.worker, settings, plan.status);
         plan.write_fields(&mut h, info, max_ranges > 0);
-        if !settings.config.cache_control.is_empty()
-            && matches!(plan.status, Status::Ok | Status::PartialContent | Status::NotModified)
-        {
-            h.field("Cache-Control", settings.config.cache_control.as_bytes());
+        if matches!(plan.status, Status::Ok | Status::PartialContent | Status::NotModified) {
+            let object = match source {
+                Source::Object(o) => Some(&**o.meta),
+                Source::File(_) | Source::Memory(_) => None,
+            };
+            if !settings.config.cache_control.is_empty() {
+                h.field("Cache-Control", settings.config.cache_control.as_bytes());
+            } else if let Some(meta) = object {
+                // The stored lifetime, for the caches downstream (a node asking
+                // this one as its parent or peer); with Age, what is left of it.
+                let mut n = itoa::Buffer::new();
+                let lifetime = meta.fresh_until_ms.saturating_sub(meta.dated_at_ms).max(0) / 1000;
+                let mut value = [0u8; 32];
+                let text = n.format(lifetime).as_bytes();
+                value[..9].copy_from_slice(b"s-maxage=");
+                value[9..9 + text.len()].copy_from_slice(text);
+                h.field("Cache-Control", &value[..9 + text.len()]);
+            }
+            if let Some(meta) = object {
+                let now_ms = crate::server::cache::unix_now_ms();
+                h.field_u64("Age", (now_ms.saturating_sub(meta.dated_at_ms).max(0) / 1000) as u64);
+            }
         }
         h.rendered(&settings.cors_fields);
         if let (true, Some(cache)) = (settings.config.debug_headers, self.ex.cache) {

@@ -34,6 +34,8 @@ pub(super) struct ObjectSource<'a> {
     pub table: usize,
     pub key: &'a Arc<Key>,
     pub meta: &'a Arc<ObjectMeta>,
+    /// For `only-if-cached`: every byte of the body must be stored (else 504).
+    pub stored_only: bool,
 }
 
 impl<T: Transport, P: PageCache> Conn<'_, T, P> {
@@ -63,7 +65,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 };
                 self.note_cache(guess, started);
                 let sent = match Status::from_code(meta.status) {
-                    Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive).await,
+                    Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive, false).await,
                     Some(s) => Ok(self.send_error(s, keep_alive).await?),
                     None => Ok(self.send_error(Status::BadGateway, keep_alive).await?),
                 };
@@ -110,6 +112,56 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         }
     }
 
+    /// A request with `Cache-Control: only-if-cached` (a peer's): answered from
+    /// the store when the object is stored and fresh, has the origin's `ETag`
+    /// and `Last-Modified`, and every byte the response needs is stored, else
+    /// 504 at once; never a request onwards
+    /// (RFC 9111 section 5.2.1.7). A 504 is counted
+    /// (`linerate_cache_only_if_cached_misses_total`) and logged as a MISS.
+    pub(super) async fn send_stored(
+        &mut self,
+        cache: &Arc<Cache>,
+        table: usize,
+        key: Arc<Key>,
+        keep_alive: bool,
+    ) -> Result<(), Cut> {
+        let started = Instant::now();
+        // An object the origin gave no ETag or no Last-Modified is not handed
+        // to peers: the validators made up here differ from node to node, so a
+        // slice the requester later has from elsewhere would look like another
+        // version.
+        let Some(meta) =
+            cache.stored_fresh(&key).filter(|m| m.status != 200 || (m.etag.is_some() && m.last_modified.is_some()))
+        else {
+            return Ok(self.send_not_stored(cache, keep_alive).await?);
+        };
+        self.note_cache(CacheStatus::Hit, started);
+        let sent = match Status::from_code(meta.status) {
+            Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive, true).await,
+            Some(s) => Ok(self.send_error(s, keep_alive).await?),
+            None => Ok(self.send_error(Status::BadGateway, keep_alive).await?),
+        };
+        if self.ex.status != Some(Status::GatewayTimeout) {
+            if meta.status != 200 {
+                cache.stats.negative_hits.add(1);
+            }
+            cache.count(CacheStatus::Hit);
+        }
+        sent
+    }
+
+    /// The 504 of an `only-if-cached` request whose answer is not all stored.
+    pub(super) async fn send_not_stored(
+        &mut self,
+        cache: &Arc<Cache>,
+        keep_alive: bool,
+    ) -> Result<(), crate::transport::SendError> {
+        cache.stats.only_if_cached_misses.add(1);
+        self.ex.cache = Some(CacheStatus::Miss);
+        self.ex.origin_us = None;
+        self.send_error(Status::GatewayTimeout, keep_alive).await
+    }
+
     /// The cache status and, unless it was a hit, the time the origin took.
     fn note_cache(&mut self, status: CacheStatus, started: Instant) {
         self.ex.cache = Some(status);
@@ -123,6 +175,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         key: &Arc<Key>,
         meta: &Arc<ObjectMeta>,
         keep_alive: bool,
+        stored_only: bool,
     ) -> Result<(), Cut> {
         // A response's validators are the origin's; an origin without an ETag gets
         // one made of the object's size and when it was stored (it changes when the
@@ -131,11 +184,12 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         let etag = match &meta.etag {
             Some(e) => e.as_slice(),
             None => {
-                made_etag = format!("\"{:x}-{:x}\"", meta.size, meta.stored_at).into_bytes();
+                made_etag = format!("\"{:x}-{:x}\"", meta.size, meta.dated_at_ms.div_euclid(1000)).into_bytes();
                 &made_etag
             }
         };
-        let last_modified_secs = meta.last_modified.as_deref().and_then(date::parse_secs).unwrap_or(meta.stored_at);
+        let last_modified_secs =
+            meta.last_modified.as_deref().and_then(date::parse_secs).unwrap_or(meta.dated_at_ms.div_euclid(1000));
         let content_type = meta
             .content_type
             .as_deref()
@@ -147,7 +201,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             content_type,
             now_secs: self.worker.date.borrow_mut().now_secs(),
         };
-        let source = Source::Object(ObjectSource { cache, table, key, meta });
+        let source = Source::Object(ObjectSource { cache, table, key, meta, stored_only });
         self.send_planned(&info, &source, keep_alive).await
     }
 
@@ -300,22 +354,24 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
 
 /// The fields named in `names` of a raw request head (names compared without
 /// case; a repeated field is joined with ", ").
-pub(super) fn raw_fields(head: &[u8], names: &[String]) -> Vec<(String, Vec<u8>)> {
+pub(super) fn raw_fields<S: AsRef<str>>(head: &[u8], names: &[S]) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = Vec::new();
     for line in head.split(|&b| b == b'\n').skip(1) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
         let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        let Some(n) = names.iter().find(|n| n.as_bytes().eq_ignore_ascii_case(name)) else { continue };
+        let Some(n) = names.iter().map(AsRef::as_ref).find(|n| n.as_bytes().eq_ignore_ascii_case(name)) else {
+            continue;
+        };
         if HeaderName::from_bytes(name).is_err() {
             continue;
         }
-        match out.iter_mut().find(|(have, _)| have == n) {
+        match out.iter_mut().find(|(have, _)| have.as_str() == n) {
             Some((_, v)) => {
                 v.extend_from_slice(b", ");
                 v.extend_from_slice(value);
             }
-            None => out.push((n.clone(), value.to_vec())),
+            None => out.push((n.to_string(), value.to_vec())),
         }
     }
     out
