@@ -107,6 +107,9 @@ const SHARDS: usize = 64;
 /// admission's estimate, which ranks evictions.
 pub(crate) type Popularity = Box<dyn Fn() -> HashMap<(u64, u64), f64> + Send + Sync>;
 
+/// Pinned objects by key hash, each with its rank (0: the manifest's first entry).
+pub(crate) type Pins = HashMap<KeyHash, u32>;
+
 /// What the store keeps of an object besides its bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ObjectMeta {
@@ -248,6 +251,9 @@ struct Shared {
     run: String,
     tmp_files: AtomicU64,
     popularity: Popularity,
+    /// Objects pre-positioned by a manifest ([`Store::set_pins`]): evicted only
+    /// after every other slice, the manifest's last entries first.
+    pins: Mutex<Arc<Pins>>,
     free_bytes: FreeBytes,
     /// Set when the store is dropped: the threads end.
     stop: Mutex<bool>,
@@ -409,6 +415,7 @@ impl Store {
             run,
             tmp_files: AtomicU64::new(0),
             popularity,
+            pins: Mutex::default(),
             free_bytes: options.free_bytes,
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -451,6 +458,12 @@ impl Store {
             }
         }
         Ok(Arc::new(Store { shared, threads }))
+    }
+
+    /// Replaces the pinned objects: their slices are evicted only after every
+    /// other slice, the highest rank (the manifest's bottom) first. Empty: none.
+    pub(crate) fn set_pins(&self, pins: Pins) {
+        *lock(&self.shared.pins) = Arc::new(pins);
     }
 
     pub(crate) fn slice_bytes(&self) -> u64 {
