@@ -479,7 +479,7 @@ impl Store {
         self.shared.frozen.store(true, Ordering::Release);
     }
 
-    fn frozen(&self) -> bool {
+    pub(crate) fn frozen(&self) -> bool {
         self.shared.frozen.load(Ordering::Acquire)
     }
 
