@@ -52,7 +52,8 @@
 //! `min_free_bytes` free, slices go until it is 5% under that limit, the long
 //! tail first: ranked by the page-cache admission's demand per byte of each
 //! slice file (by `(dev, ino)`, through the [`Popularity`] callback given to
-//! `open`), ties broken by least recent use ([`Store::note_use`]). Removing a
+//! `open`), ties broken by least recent use ([`Store::note_use`]); the objects a
+//! prefill manifest pinned ([`Store::set_pins`]) go last. Removing a
 //! file a reader has open is safe on Linux: the reader keeps its descriptor.
 //!
 //! # Unwritable directories

@@ -186,6 +186,11 @@ impl Cache {
         self.open_with(table, key, 0, Some(pace)).await
     }
 
+    /// Whether slice `index` of `key` is being filled (in any version).
+    pub(crate) fn filling(&self, key: &KeyHash, index: u64) -> bool {
+        lock(&self.fills).contains_key(&(*key, index))
+    }
+
     /// Origin requests under way: heads and slice fills.
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.fills).len() + lock(&self.opening).len()

@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::Tally;
 
+/// The credit a paced fill may build up while it reads nothing (between two
+/// slices, waiting for the next answer): over a whole fill the average holds at
+/// the rate, and it stays within this much of it over any stretch.
+pub(crate) const BURST: Duration = Duration::from_millis(100);
+
 /// The bucket's arithmetic, apart from the clock and the sleeping.
 #[derive(Debug)]
 pub(crate) struct Bucket {
@@ -50,10 +55,12 @@ pub(crate) struct Pace {
 }
 
 impl Pace {
-    /// A cap of `bits_per_second`; the burst is 20 ms of it (at least 64 KiB).
+    /// A cap of `bits_per_second`; the burst is [`BURST`] of it (at least 64 KiB):
+    /// enough to make up for the round trip between one slice and the next.
     pub(crate) fn new(bits_per_second: u64) -> Pace {
         let rate = (bits_per_second as f64 / 8.0).max(1.0);
-        Pace { bucket: Mutex::new(Bucket::new(rate, (rate / 50.0).max(65536.0), Instant::now())), bytes: Tally::default() }
+        let burst = (rate * BURST.as_secs_f64()).max(65536.0);
+        Pace { bucket: Mutex::new(Bucket::new(rate, burst, Instant::now())), bytes: Tally::default() }
     }
 
     /// Counts `n` bytes read, then waits until reading on keeps to the rate.

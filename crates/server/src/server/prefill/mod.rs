@@ -283,7 +283,15 @@ impl Prefiller {
             let len = (meta.size - index * s).min(s);
             let mut tries = 0;
             while self.cache.store.slice(&e.key.hash, &meta, index).is_none() {
-                self.turn(job).await?;
+                // One under way (the head's, or a viewer's) is joined at once:
+                // it costs the origin nothing more.
+                if !self.cache.filling(&e.key.hash, index) {
+                    self.turn(job).await?;
+                    // A fill that ended while the filler waited may have brought it.
+                    if self.cache.store.slice(&e.key.hash, &meta, index).is_some() {
+                        break;
+                    }
+                }
                 let (mut rx, _) = self.cache.slice_fill(e.table, &e.key, &meta, index, None, Some(self.pace.clone()));
                 let end = loop {
                     if let Some(end) = rx.borrow_and_update().end.clone() {
