@@ -97,7 +97,12 @@ pub fn run(args: PrefillArgs) -> anyhow::Result<()> {
                 );
                 if failed > 0 {
                     for e in p["errors"].as_array().into_iter().flatten() {
-                        eprintln!("prefill: entry {} ({}): {}", e[0], e[1].as_str().unwrap_or("?"), e[2].as_str().unwrap_or("?"));
+                        eprintln!(
+                            "prefill: entry {} ({}): {}",
+                            e[0],
+                            e[1].as_str().unwrap_or("?"),
+                            e[2].as_str().unwrap_or("?")
+                        );
                     }
                     bail!("{failed} of {total} titles could not be filled");
                 }

@@ -199,10 +199,8 @@ impl Workers {
                 (vec![("state", "total".to_string())], p.titles_total as i64),
             ],
         )?;
-        let states: Vec<(Vec<(&str, String)>, i64)> = Phase::ALL
-            .iter()
-            .map(|s| (vec![("state", s.label().to_string())], i64::from(*s == p.state)))
-            .collect();
+        let states: Vec<(Vec<(&str, String)>, i64)> =
+            Phase::ALL.iter().map(|s| (vec![("state", s.label().to_string())], i64::from(*s == p.state))).collect();
         gauge(e, "linerate_prefill_state", "1 for what the prefill job is doing, 0 for the others.", &states)
     }
 

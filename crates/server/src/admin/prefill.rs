@@ -49,7 +49,9 @@ pub(super) async fn read_body(
         BodyFraming::None => 0,
         BodyFraming::Length(n) if n <= MAX_MANIFEST_BYTES => n as usize,
         BodyFraming::Length(_) => return Ok(Err(Reply::text("413 Content Too Large", "manifest: over 64 MiB\n"))),
-        BodyFraming::Chunked => return Ok(Err(Reply::text("411 Length Required", "send the manifest with Content-Length\n"))),
+        BodyFraming::Chunked => {
+            return Ok(Err(Reply::text("411 Length Required", "send the manifest with Content-Length\n")))
+        }
     };
     if expect_continue {
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;

@@ -617,7 +617,10 @@ mod tests {
             ),
             (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
             (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
-            (Config { prefill: Prefill { window: "2-14".into(), ..Prefill::default() }, ..base.clone() }, "prefill.window"),
+            (
+                Config { prefill: Prefill { window: "2-14".into(), ..Prefill::default() }, ..base.clone() },
+                "prefill.window",
+            ),
             (Config { prefill: Prefill { rate: Rate(10), ..Prefill::default() }, ..base.clone() }, "prefill.rate"),
             (Config { prefill: Prefill { busy_fills: 0, ..Prefill::default() }, ..base.clone() }, "prefill.busy_fills"),
             (

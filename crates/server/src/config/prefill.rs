@@ -75,7 +75,7 @@ impl Rate {
             _ => return Err(format!("{text:?}: unknown unit {unit:?}; use b/s, kb/s, Mb/s or Gb/s")),
         };
         let bits = n * scale;
-        if !bits.is_finite() || bits < 1.0 || bits > 1e15 {
+        if !(1.0..=1e15).contains(&bits) {
             return Err(format!("{text:?} is out of range"));
         }
         Ok(Rate(bits.round() as u64))

@@ -48,7 +48,8 @@ impl Manifest {
     /// Parses `text` submitted at `now` (Unix seconds). Errors name the line (or
     /// JSON member) and the problem.
     pub(crate) fn parse(text: &str, now: i64) -> Result<Manifest, String> {
-        let (paths, until) = if text.trim_start().starts_with('{') { from_json(text, now)? } else { from_text(text, now)? };
+        let (paths, until) =
+            if text.trim_start().starts_with('{') { from_json(text, now)? } else { from_text(text, now)? };
         if paths.is_empty() {
             return Err("the manifest lists no path".into());
         }
@@ -86,7 +87,9 @@ fn from_text(text: &str, now: i64) -> Result<Listed, String> {
             Some(("lifetime", v)) | Some(("expires", v)) if !paths.is_empty() => {
                 return Err(format!("{at}: `{}` must come before the paths", &line[..line.len() - v.len()].trim()))
             }
-            Some(("lifetime", v)) if until.is_none() => until = Some(lifetime(v, now).map_err(|e| format!("{at}: {e}"))?),
+            Some(("lifetime", v)) if until.is_none() => {
+                until = Some(lifetime(v, now).map_err(|e| format!("{at}: {e}"))?)
+            }
             Some(("expires", v)) if until.is_none() => until = Some(expires(v).map_err(|e| format!("{at}: {e}"))?),
             Some(("lifetime" | "expires", _)) => return Err(format!("{at}: only one `lifetime` or `expires` line")),
             _ => paths.push((at, line.to_string())),

@@ -79,7 +79,11 @@ pub(crate) struct Prefiller {
 impl Prefiller {
     /// The filler of `cache` with `config`, its state directory made; picks up a
     /// saved job and starts its task on the origin runtime.
-    pub(crate) fn start(cache: Arc<Cache>, config: &PrefillConfig, first_cache_dir: PathBuf) -> anyhow::Result<Arc<Prefiller>> {
+    pub(crate) fn start(
+        cache: Arc<Cache>,
+        config: &PrefillConfig,
+        first_cache_dir: PathBuf,
+    ) -> anyhow::Result<Arc<Prefiller>> {
         let dir = config.state_dir.clone().unwrap_or(first_cache_dir);
         std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("prefill.state_dir {}: {e}", dir.display()))?;
         let p = Arc::new(Prefiller {
@@ -271,7 +275,9 @@ impl Prefiller {
         let meta = match self.cache.open_paced(e.table, &e.key, &self.pace).await {
             Opened::Object { meta, .. } if meta.status == 200 => meta,
             Opened::Object { meta, .. } => return Err(Stop::Failed(format!("the origin answered {}", meta.status))),
-            Opened::Pass(why) => return Err(Stop::Failed(format!("not storable ({why:?}): passed through to viewers"))),
+            Opened::Pass(why) => {
+                return Err(Stop::Failed(format!("not storable ({why:?}): passed through to viewers")))
+            }
             Opened::Status(s) => return Err(Stop::Failed(format!("the origin answered {s}"))),
             Opened::Failed(f) => return Err(Stop::Failed(f.to_string())),
         };

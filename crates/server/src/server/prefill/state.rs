@@ -57,7 +57,12 @@ impl Saved {
         };
         let saved: Saved = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         if saved.titles.len() != saved.manifest.paths.len() {
-            return Err(format!("{}: {} titles for {} paths", path.display(), saved.titles.len(), saved.manifest.paths.len()));
+            return Err(format!(
+                "{}: {} titles for {} paths",
+                path.display(),
+                saved.titles.len(),
+                saved.manifest.paths.len()
+            ));
         }
         Ok(Some(saved))
     }
