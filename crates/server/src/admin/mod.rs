@@ -430,5 +430,11 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(v["totals"]["tls_handshake_failures"], 0);
         assert_eq!(route(b"/index.html", &s, &registry, 0.0).status, "404 Not Found");
+        // No cache, no prefill: both methods say why.
+        let r = route(b"/prefill", &s, &registry, 0.0);
+        assert!(r.status == "404 Not Found" && r.body.contains("[[origin]]"), "{}", r.body);
+        let r = prefill::post(&s, b"/vod/a.mp4\n");
+        assert!(r.status == "404 Not Found" && r.body.contains("[[origin]]"), "{}", r.body);
+        assert!(v.get("prefill").is_none(), "no prefill object without a cache");
     }
 }
