@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod capacity;
+mod prefill;
 mod stat;
 mod topo;
 mod tune;
@@ -51,6 +52,9 @@ enum Command {
     /// losing a connection: sends it SIGUSR2 and waits until the new process serves
     /// (exit 0, its pid printed) or the upgrade failed and the old one serves on.
     Upgrade(UpgradeArgs),
+    /// Pre-position a manifest's titles in a running server's cache (POST to its
+    /// admin endpoint), then follow the job with a progress bar until it is done.
+    Prefill(prefill::PrefillArgs),
 }
 
 #[derive(Args)]
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Chart(args) => bench::chart::run(args),
         Command::Upgrade(args) => upgrade(args),
+        Command::Prefill(args) => prefill::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

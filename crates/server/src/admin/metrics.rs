@@ -178,6 +178,32 @@ impl Workers {
 }
 
 impl Workers {
+    /// The prefill job's families, with the cache (docs/PREFILL.md).
+    fn encode_prefill(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::server::prefill::Phase;
+        let Some(p) = &self.0.prefill else { return Ok(()) };
+        let p = p.progress();
+        counter(
+            e,
+            "linerate_prefill_bytes",
+            "Origin body bytes the prefill job read (under prefill.rate).",
+            &[(&[], p.bytes_fetched)],
+        )?;
+        gauge(
+            e,
+            "linerate_prefill_titles",
+            "Titles of the prefill manifest, by state (done, failed, total).",
+            &[
+                (vec![("state", "done".to_string())], p.titles_done as i64),
+                (vec![("state", "failed".to_string())], p.titles_failed as i64),
+                (vec![("state", "total".to_string())], p.titles_total as i64),
+            ],
+        )?;
+        let states: Vec<(Vec<(&str, String)>, i64)> =
+            Phase::ALL.iter().map(|s| (vec![("state", s.label().to_string())], i64::from(*s == p.state))).collect();
+        gauge(e, "linerate_prefill_state", "1 for what the prefill job is doing, 0 for the others.", &states)
+    }
+
     /// The pull-through cache's families (see `admin::cache`), when it is on.
     fn encode_cache(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(c) = super::cache::snapshot(&self.0) else { return Ok(()) };
@@ -686,6 +712,7 @@ impl Collector for Workers {
 
         self.encode_cold(&mut e)?;
         self.encode_cache(&mut e)?;
+        self.encode_prefill(&mut e)?;
         if let Some(log) = &self.0.access_log {
             use std::sync::atomic::Ordering::Relaxed;
             let c = &log.counters;

@@ -10,6 +10,8 @@
 //! - `/metrics`: Prometheus/OpenMetrics text (prometheus-client).
 //! - `/status`: JSON, totals and one object per worker.
 //! - `/healthz`: 200 `ok` while serving, 503 `draining` during shutdown.
+//! - `/prefill`: `POST` a manifest to pre-position titles, `GET` the job's
+//!   progress (`prefill`, docs/PREFILL.md).
 //! - `/load`: one line in HAProxy agent-check format: `up 73%` (a weight from the
 //!   connections and Gb/s against the configured capacity) or `drain`. A client that
 //!   connects and sends nothing for 200 ms (HAProxy's `agent-check` without
@@ -19,6 +21,7 @@ mod cache;
 mod cold;
 mod dashboard;
 mod metrics;
+mod prefill;
 mod status;
 
 use std::borrow::Cow;
@@ -58,6 +61,8 @@ pub(crate) struct AdminState {
     pub fill: Option<Arc<crate::server::pagecache::FillPool>>,
     /// The pull-through cache, for its counters, its store and its origins.
     pub cache: Option<Arc<crate::server::cache::Cache>>,
+    /// The prefill job (`/prefill`), with the cache.
+    pub prefill: Option<Arc<crate::server::prefill::Prefiller>>,
     /// The access log, for its written and dropped record counts.
     pub access_log: Option<Arc<crate::server::access_log::AccessLog>>,
     /// The certificates in use (replaced at each reload), for their expiry.
@@ -251,8 +256,18 @@ async fn handle(
             Ok(Ok(None)) | Err(_) => return Ok(()),
             Ok(Err(e)) => return Err(e),
         };
+        let post_prefill = head.is_some() && req.method_name() == b"POST" && {
+            let target = req.target();
+            target.split(|&b| b == b'?').next() == Some(&b"/prefill"[..])
+        };
         let reply = match head {
             None => Reply::text("400 Bad Request", "bad request\n"),
+            Some(n) if post_prefill => {
+                match prefill::read_body(&mut stream, &mut buf, n, req.body, req.expect_continue).await? {
+                    Ok(body) => prefill::post(state, &body),
+                    Err(reply) => reply,
+                }
+            }
             Some(_) => {
                 let target = req.target();
                 let path = target.split(|&b| b == b'?').next().unwrap_or_default();
@@ -321,7 +336,8 @@ fn route(path: &[u8], state: &AdminState, registry: &prometheus_client::registry
         }
         b"/healthz" => Reply::text("200 OK", "ok\n"),
         b"/load" => Reply::text("200 OK", format!("{}\n", state.load_line(gbps))),
-        _ => Reply::text("404 Not Found", "not found: try /, /metrics, /status, /healthz or /load\n"),
+        b"/prefill" => prefill::get(state),
+        _ => Reply::text("404 Not Found", "not found: try /, /metrics, /status, /healthz, /load or /prefill\n"),
     }
 }
 
@@ -362,6 +378,7 @@ mod tests {
             model_ceiling_gbps: Default::default(),
             fill: None,
             cache: None,
+            prefill: None,
             access_log: None,
             certificates: Default::default(),
             reloads: Default::default(),
@@ -413,5 +430,11 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(v["totals"]["tls_handshake_failures"], 0);
         assert_eq!(route(b"/index.html", &s, &registry, 0.0).status, "404 Not Found");
+        // No cache, no prefill: both methods say why.
+        let r = route(b"/prefill", &s, &registry, 0.0);
+        assert!(r.status == "404 Not Found" && r.body.contains("[[origin]]"), "{}", r.body);
+        let r = prefill::post(&s, b"/vod/a.mp4\n");
+        assert!(r.status == "404 Not Found" && r.body.contains("[[origin]]"), "{}", r.body);
+        assert!(v.get("prefill").is_none(), "no prefill object without a cache");
     }
 }

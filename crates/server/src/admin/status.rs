@@ -26,6 +26,9 @@ struct Status<'a> {
     /// The pull-through cache, when `[[origin]]` tables are configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     cache: Option<super::cache::CacheView>,
+    /// The prefill job's progress, with the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prefill: Option<crate::server::prefill::Progress>,
     workers: Vec<Worker>,
 }
 
@@ -164,6 +167,7 @@ pub(super) fn json(state: &AdminState, gbps: f64) -> String {
         totals,
         cold: super::cold::snapshot(state),
         cache: super::cache::snapshot(state),
+        prefill: state.prefill.as_ref().map(|p| p.progress()),
         workers,
     };
     serde_json::to_string_pretty(&status).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"

@@ -28,6 +28,7 @@ mod log;
 mod numa;
 mod open_file_cache;
 mod origin;
+mod prefill;
 mod s3;
 mod signed;
 mod tcp;
@@ -43,6 +44,7 @@ pub use log::{AccessLog, AccessLogFormat, Log, LogFormat};
 pub use numa::{Numa, Pin, Placement, Steering};
 pub use open_file_cache::{OpenFileCache, MAX_OPEN_FILE_CACHE_ENTRIES};
 pub use origin::{parse_base_url, BaseUrl, Cache, CacheDir, Origin};
+pub use prefill::{Prefill, Rate, Window};
 pub use s3::{is_s3_path_byte, Addressing, S3Credentials, S3};
 pub use signed::{Secret, SecretEncoding, SignedKey, SignedMode, SignedRule, REDACTED};
 pub use tcp::{Stats, Tcp};
@@ -126,6 +128,8 @@ pub struct Config {
     pub origin: Vec<Origin>,
     /// The slice store the origins fill (`[cache]`).
     pub cache: Cache,
+    /// Pre-positioning titles from a manifest (`[prefill]`, see docs/PREFILL.md).
+    pub prefill: Prefill,
     /// What validation built from the keys above, for the server to take
     /// ([`Config::signed_rules`]); not part of the file.
     #[serde(skip)]
@@ -256,6 +260,7 @@ impl Default for Config {
             signed: Vec::new(),
             origin: Vec::new(),
             cache: Cache::default(),
+            prefill: Prefill::default(),
             built: Built::default(),
         }
     }
@@ -418,6 +423,7 @@ impl Config {
         self.log.validate()?;
         origin::validate_origins(&self.origin)?;
         self.cache.validate(&self.origin)?;
+        self.prefill.validate()?;
         self.signed_rules()?;
         self.s3_credentials()?;
         Ok(())
@@ -493,6 +499,19 @@ mod tests {
 
     fn err_of(toml: &str) -> (String, String) {
         Config::from_toml(toml).unwrap_err()
+    }
+
+    #[test]
+    fn prefill_rates_are_read_as_text_or_bits() {
+        let c = Config::from_toml("[prefill]\nrate = \"200Mb/s\"\nwindow = \"22:00-06:00\"").unwrap();
+        assert_eq!(c.prefill.rate, Rate(200_000_000));
+        assert_eq!(c.prefill.window(), Some(Window { start: 22 * 60, end: 6 * 60 }));
+        assert_eq!(Config::from_toml("[prefill]\nrate = 5000000").unwrap().prefill.rate, Rate(5_000_000));
+        let (key, problem) = err_of("[prefill]\nrate = \"200MB/s\"");
+        assert_eq!(key, "prefill.rate");
+        assert!(problem.contains("bits"), "{problem}");
+        let (key, _) = err_of("[prefill]\nspeed = 1");
+        assert!(key.starts_with("prefill"), "{key}");
     }
 
     #[test]
@@ -598,6 +617,16 @@ mod tests {
             ),
             (Config { log: Log { level: "[[[".into(), ..Log::default() }, ..base.clone() }, "log.level"),
             (Config { mime: [(".mp4".to_string(), "video/mp4".to_string())].into(), ..base.clone() }, "mime..mp4"),
+            (
+                Config { prefill: Prefill { window: "2-14".into(), ..Prefill::default() }, ..base.clone() },
+                "prefill.window",
+            ),
+            (Config { prefill: Prefill { rate: Rate(10), ..Prefill::default() }, ..base.clone() }, "prefill.rate"),
+            (Config { prefill: Prefill { busy_fills: 0, ..Prefill::default() }, ..base.clone() }, "prefill.busy_fills"),
+            (
+                Config { prefill: Prefill { state_dir: Some("rel".into()), ..Prefill::default() }, ..base.clone() },
+                "prefill.state_dir",
+            ),
         ];
         for (c, key) in cases {
             let (k, problem) = c.validate().unwrap_err();

@@ -19,6 +19,7 @@ mod conn;
 mod files;
 mod listen;
 pub(crate) mod pagecache;
+pub(crate) mod prefill;
 pub(crate) mod settings;
 mod supervisor;
 mod worker;

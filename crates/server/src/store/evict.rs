@@ -14,6 +14,10 @@
 //! much smaller than its catalogue evicts slices between a viewer's two requests
 //! for them and fetches each one again for its second half.
 //!
+//! Slices of objects a prefill manifest pinned ([`super::Store::set_pins`]) go
+//! after all of those, the manifest's last entries first: pre-positioned titles
+//! are kept ahead of the popularity ranking for as long as the manifest lasts.
+//!
 //! Removing a slice's file while a reader has it open is safe on Linux: the
 //! reader keeps its descriptor, and the space returns when it closes it.
 
@@ -49,15 +53,26 @@ pub(super) struct Candidate {
     pub used_ms: i64,
     /// A viewer is part-way through it.
     pub midway: bool,
+    /// Its object's rank in the prefill manifest, if pinned.
+    pub pin: Option<u32>,
 }
 
-/// The slices to remove to free `bytes`: those no viewer is part-way through
-/// before those one is, then the least demand per byte first (a file `density`
-/// does not know counts 0), then the least recently used.
+/// The slices to remove to free `bytes`: unpinned before pinned; among the
+/// unpinned, those no viewer is part-way through before those one is, then the
+/// least demand per byte first (a file `density` does not know counts 0), then
+/// the least recently used; among the pinned, the manifest's last entries first.
 pub(super) fn victims(candidates: Vec<Candidate>, density: &HashMap<(u64, u64), f64>, bytes: u64) -> Vec<Candidate> {
     let mut ranked: Vec<(f64, Candidate)> =
         candidates.into_iter().map(|c| (density.get(&c.file).copied().unwrap_or(0.0), c)).collect();
-    ranked.sort_by(|(da, a), (db, b)| a.midway.cmp(&b.midway).then(da.total_cmp(db)).then(a.used_ms.cmp(&b.used_ms)));
+    ranked.sort_by(|(da, a), (db, b)| {
+        a.pin
+            .is_some()
+            .cmp(&b.pin.is_some())
+            .then(b.pin.cmp(&a.pin))
+            .then(a.midway.cmp(&b.midway))
+            .then(da.total_cmp(db))
+            .then(a.used_ms.cmp(&b.used_ms))
+    });
     let mut freed = 0;
     ranked
         .into_iter()
@@ -88,6 +103,7 @@ pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
     }
     let mut candidates = Vec::new();
     let now_ms = super::unix_ms();
+    let pins = super::lock(&s.pins).clone();
     for shard in &s.shards {
         let shard = super::lock(shard);
         for (key, e) in shard.objects.iter().filter(|(_, e)| e.dir == dir) {
@@ -100,12 +116,26 @@ pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
                 file: (sl.file.dev, sl.file.ino),
                 used_ms: sl.used_ms,
                 midway: sl.midway_until_ms > now_ms,
+                pin: pins.get(key).copied(),
             }));
         }
     }
     let density = (s.popularity)();
     let mut evicted = 0;
-    for v in victims(candidates, &density, bytes) {
+    let victims = victims(candidates, &density, bytes);
+    // Logged at most once a minute (the pass runs every second).
+    static PIN_LOGGED_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let worst = victims.iter().filter_map(|v| v.pin).min();
+    if let Some(worst) = worst.filter(|_| now_ms - PIN_LOGGED_MS.load(Ordering::Relaxed) >= 60_000) {
+        PIN_LOGGED_MS.store(now_ms, Ordering::Relaxed);
+        tracing::warn!(
+            dir = %d.path.display(),
+            pinned = pins.len(),
+            down_to_rank = worst,
+            "the prefill manifest's titles do not fit in the cache directory: evicting pinned slices, from the manifest's last entries up"
+        );
+    }
+    for v in victims {
         if let Some(len) = s.drop_slice(&v.key, v.gen, v.index, Some(v.seq), true) {
             d.evictions.fetch_add(1, Ordering::Relaxed);
             d.evicted_bytes.fetch_add(len, Ordering::Relaxed);
@@ -145,6 +175,7 @@ mod tests {
             file: (1, n as u64),
             used_ms,
             midway: false,
+            pin: None,
         }
     }
 
@@ -179,5 +210,23 @@ mod tests {
         assert_eq!(order(10), [3]);
         assert_eq!(order(20), [3, 1]);
         assert_eq!(order(30), [3, 1, 2]);
+    }
+
+    #[test]
+    fn pinned_slices_go_after_all_others_the_manifest_bottom_first() {
+        // 1 and 2 are pinned (ranks 0 and 7); 3 is popular, 4 part-way read.
+        let density = HashMap::from([((1, 3), 50.0), ((1, 1), 0.0)]);
+        let mut top = candidate(1, 10, 0);
+        top.pin = Some(0);
+        let mut bottom = candidate(2, 10, 0);
+        bottom.pin = Some(7);
+        let mut midway = candidate(4, 10, 900);
+        midway.midway = true;
+        let all = vec![top, bottom, candidate(3, 10, 500), midway, candidate(5, 10, 100)];
+        let order = |bytes| victims(all.clone(), &density, bytes).iter().map(|c| c.index).collect::<Vec<_>>();
+        assert_eq!(order(10), [5]);
+        assert_eq!(order(30), [5, 3, 4], "every unpinned slice first, even a popular or part-way one");
+        assert_eq!(order(40), [5, 3, 4, 2], "then the manifest's last entry");
+        assert_eq!(order(50), [5, 3, 4, 2, 1]);
     }
 }

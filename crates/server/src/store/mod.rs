@@ -52,7 +52,8 @@
 //! `min_free_bytes` free, slices go until it is 5% under that limit, the long
 //! tail first: ranked by the page-cache admission's demand per byte of each
 //! slice file (by `(dev, ino)`, through the [`Popularity`] callback given to
-//! `open`), ties broken by least recent use ([`Store::note_use`]). Removing a
+//! `open`), ties broken by least recent use ([`Store::note_use`]); the objects a
+//! prefill manifest pinned ([`Store::set_pins`]) go last. Removing a
 //! file a reader has open is safe on Linux: the reader keeps its descriptor.
 //!
 //! # Unwritable directories
@@ -106,6 +107,9 @@ const SHARDS: usize = 64;
 /// Demand per byte of each file the page cache knows, by `(dev, ino)`: the
 /// admission's estimate, which ranks evictions.
 pub(crate) type Popularity = Box<dyn Fn() -> HashMap<(u64, u64), f64> + Send + Sync>;
+
+/// Pinned objects by key hash, each with its rank (0: the manifest's first entry).
+pub(crate) type Pins = HashMap<KeyHash, u32>;
 
 /// What the store keeps of an object besides its bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -258,6 +262,9 @@ struct Shared {
     run: String,
     tmp_files: AtomicU64,
     popularity: Popularity,
+    /// Objects pre-positioned by a manifest ([`Store::set_pins`]): evicted only
+    /// after every other slice, the manifest's last entries first.
+    pins: Mutex<Arc<Pins>>,
     free_bytes: FreeBytes,
     /// Set when the store is dropped: the threads end.
     stop: Mutex<bool>,
@@ -419,6 +426,7 @@ impl Store {
             run,
             tmp_files: AtomicU64::new(0),
             popularity,
+            pins: Mutex::default(),
             free_bytes: options.free_bytes,
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -463,6 +471,12 @@ impl Store {
         Ok(Arc::new(Store { shared, threads }))
     }
 
+    /// Replaces the pinned objects: their slices are evicted only after every
+    /// other slice, the highest rank (the manifest's bottom) first. Empty: none.
+    pub(crate) fn set_pins(&self, pins: Pins) {
+        *lock(&self.shared.pins) = Arc::new(pins);
+    }
+
     pub(crate) fn slice_bytes(&self) -> u64 {
         self.shared.slice_bytes
     }
@@ -476,7 +490,7 @@ impl Store {
         self.shared.frozen.store(true, Ordering::Release);
     }
 
-    fn frozen(&self) -> bool {
+    pub(crate) fn frozen(&self) -> bool {
         self.shared.frozen.load(Ordering::Acquire)
     }
 

@@ -19,12 +19,13 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::meta::same_version;
-use super::{Cache, Key, LOG_ONCE_STORE};
+use super::{Cache, Key, Pace, LOG_ONCE_STORE};
 use crate::origin::{OriginError, OriginRequest, OriginResponse};
 use crate::store::{ObjectMeta, SliceWriter, StoreError};
 
@@ -95,28 +96,37 @@ impl Cache {
     /// The fill of slice `index` of `key` in the version `meta` describes: the one
     /// under way, or a new one (with `response` as its origin answer when the
     /// caller already has it). Returns its progress and whether it was joined
-    /// rather than started.
-    pub(super) fn slice_fill(
+    /// rather than started. With `pace` (a background fill: the prefill's), the
+    /// origin body is read under that cap until a viewer joins; without, the
+    /// caller is a viewer, and a paced fill it joins goes on at full speed.
+    pub(crate) fn slice_fill(
         self: &Arc<Cache>,
         table: usize,
         key: &Arc<Key>,
         meta: &Arc<ObjectMeta>,
         index: u64,
         response: Option<OriginResponse>,
+        pace: Option<Arc<Pace>>,
     ) -> (watch::Receiver<FillState>, bool) {
         let mut fills = super::lock(&self.fills);
         let (tx, rx) = watch::channel(FillState::default());
+        let viewer = Arc::new(AtomicBool::new(pace.is_none()));
         match fills.get(&(key.hash, index)) {
-            Some((version, rx)) if version.same_version(meta) => return (rx.clone(), true),
+            Some((version, rx, waits)) if version.same_version(meta) => {
+                if pace.is_none() {
+                    waits.store(true, Ordering::Relaxed);
+                }
+                return (rx.clone(), true);
+            }
             // A fill of the stored version under way, and this viewer reads an
             // older one (the origin replaced it while the viewer read): this fill
             // runs alone, for this viewer, and will find its version gone.
-            Some((version, _)) if self.store.object(&key.hash).is_some_and(|m| m.same_version(version)) => {}
+            Some((version, _, _)) if self.store.object(&key.hash).is_some_and(|m| m.same_version(version)) => {}
             // None, or a fill of a version the origin has replaced since it
             // began: its bytes are not this version's. It runs on (its slice is
             // not kept), and this fill takes its place for this version's viewers.
             Some(_) | None => {
-                fills.insert((key.hash, index), (meta.clone(), rx.clone()));
+                fills.insert((key.hash, index), (meta.clone(), rx.clone(), viewer.clone()));
             }
         }
         drop(fills);
@@ -124,7 +134,8 @@ impl Cache {
         let own = rx.clone();
         let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());
         self.origins.spawn(async move {
-            let result = cache.run_fill(table, &key, &meta, index, response, &tx).await;
+            let pace = pace.map(|p| (p, viewer));
+            let result = cache.run_fill(table, &key, &meta, index, response, &tx, pace).await;
             if let Err(f) = &result {
                 cache.stats.fill_failures.add(1);
                 tracing::debug!(key = %String::from_utf8_lossy(&key.text), index, "slice fill failed: {f}");
@@ -136,13 +147,14 @@ impl Cache {
             tx.send_modify(|s| s.end = Some(result));
             let mut fills = super::lock(&cache.fills);
             // Unless a fill of a newer version has taken its place.
-            if fills.get(&(key.hash, index)).is_some_and(|(_, rx)| rx.same_channel(&own)) {
+            if fills.get(&(key.hash, index)).is_some_and(|(_, rx, _)| rx.same_channel(&own)) {
                 fills.remove(&(key.hash, index));
             }
         });
         (rx, false)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_fill(
         &self,
         table: usize,
@@ -151,6 +163,7 @@ impl Cache {
         index: u64,
         response: Option<OriginResponse>,
         tx: &watch::Sender<FillState>,
+        pace: Option<(Arc<Pace>, Arc<AtomicBool>)>,
     ) -> Result<(), Failure> {
         let (first, last) = slice_bounds(index, self.slice_bytes, meta.size);
         let len = last + 1 - first;
@@ -187,6 +200,11 @@ impl Cache {
             written += chunk.len() as u64;
             self.stats.origin_bytes.add(chunk.len() as u64);
             tx.send_modify(|s| s.written = written);
+            match &pace {
+                Some((p, viewer)) if viewer.load(Ordering::Relaxed) => p.count(chunk.len() as u64),
+                Some((p, _)) => p.take(chunk.len() as u64).await,
+                None => {}
+            }
         }
         if written != len {
             self.abort(sink);

@@ -35,6 +35,7 @@ mod fill;
 mod key;
 pub(crate) mod live;
 mod meta;
+mod pace;
 mod pass;
 pub(crate) mod serve;
 #[cfg(test)]
@@ -52,6 +53,7 @@ pub(crate) use fill::{Failure, FillState};
 pub(crate) use key::Key;
 pub(crate) use live::Live;
 pub(crate) use meta::Uncacheable;
+pub(crate) use pace::Pace;
 pub(crate) use serve::{ServeError, SliceFiles};
 
 use crate::origin::{OriginRequest, Origins};
@@ -154,8 +156,9 @@ pub(crate) struct CacheStats {
     pub only_if_cached_misses: Tally,
 }
 
-/// Slice fills under way, by object and slice, with the version each fills.
-type Fills = HashMap<(KeyHash, u64), (Arc<ObjectMeta>, watch::Receiver<FillState>)>;
+/// Slice fills under way, by object and slice, with the version each fills and
+/// whether a viewer waits on it (a paced fill then reads at full speed).
+type Fills = HashMap<(KeyHash, u64), (Arc<ObjectMeta>, watch::Receiver<FillState>, Arc<AtomicBool>)>;
 
 /// The cache, shared by every worker.
 pub(crate) struct Cache {
@@ -194,6 +197,26 @@ impl Cache {
     /// (one request for every viewer asking at once). `want` is the first byte the
     /// viewer asks for: on a miss, the slice holding it comes with the head.
     pub(crate) async fn open(self: &Arc<Cache>, table: usize, key: &Arc<Key>, want: u64) -> Opened {
+        self.open_with(table, key, want, None).await
+    }
+
+    /// [`Cache::open`] for a background fill (the prefill's): its first slice,
+    /// when the head brings it, is read under `pace`.
+    pub(crate) async fn open_paced(self: &Arc<Cache>, table: usize, key: &Arc<Key>, pace: &Arc<Pace>) -> Opened {
+        self.open_with(table, key, 0, Some(pace)).await
+    }
+
+    /// Whether slice `index` of `key` is being filled (in any version).
+    pub(crate) fn filling(&self, key: &KeyHash, index: u64) -> bool {
+        lock(&self.fills).contains_key(&(*key, index))
+    }
+
+    /// Origin requests under way: heads and slice fills.
+    pub(crate) fn in_flight(&self) -> usize {
+        lock(&self.fills).len() + lock(&self.opening).len()
+    }
+
+    async fn open_with(self: &Arc<Cache>, table: usize, key: &Arc<Key>, want: u64, pace: Option<&Arc<Pace>>) -> Opened {
         if let Some(why) = self.passing(&key.hash) {
             self.stats.passes.add(1);
             return Opened::Pass(why);
@@ -208,11 +231,11 @@ impl Cache {
         let opened = match stored {
             Some(m) if now < m.fresh_until_ms => Opened::Object { meta: m, status: CacheStatus::Hit },
             Some(m) if now < m.stale_while_revalidate_until_ms => {
-                let _ = self.head(table, key, want, Some(m.clone()));
+                let _ = self.head(table, key, want, Some(m.clone()), pace.cloned());
                 Opened::Object { meta: m, status: CacheStatus::Stale }
             }
-            Some(m) => self.wait_head(table, key, want, Some(m)).await,
-            None => self.wait_head(table, key, want, None).await,
+            Some(m) => self.wait_head(table, key, want, Some(m), pace).await,
+            None => self.wait_head(table, key, want, None, pace).await,
         };
         match &opened {
             // Counted once the response is sent (`count`): a stored head does
@@ -283,8 +306,9 @@ impl Cache {
         key: &Arc<Key>,
         want: u64,
         old: Option<Arc<ObjectMeta>>,
+        pace: Option<&Arc<Pace>>,
     ) -> Opened {
-        let mut rx = self.head(table, key, want, old);
+        let mut rx = self.head(table, key, want, old, pace.cloned());
         loop {
             if let Some(opened) = rx.borrow_and_update().clone() {
                 return opened;
@@ -296,13 +320,15 @@ impl Cache {
     }
 
     /// The head request of `key` under way, or a new one. `old` is the stored,
-    /// stale metadata to revalidate, if any.
+    /// stale metadata to revalidate, if any; `pace`, the cap of a background
+    /// fill's first slice.
     fn head(
         self: &Arc<Cache>,
         table: usize,
         key: &Arc<Key>,
         want: u64,
         old: Option<Arc<ObjectMeta>>,
+        pace: Option<Arc<Pace>>,
     ) -> watch::Receiver<Option<Opened>> {
         let mut opening = lock(&self.opening);
         if let Some(rx) = opening.get(&key.hash) {
@@ -330,7 +356,7 @@ impl Cache {
         drop(opening);
         let (cache, key) = (self.clone(), key.clone());
         self.origins.spawn(async move {
-            let opened = cache.fetch_head(table, &key, want, old.as_deref()).await;
+            let opened = cache.fetch_head(table, &key, want, old.as_deref(), pace).await;
             let _ = tx.send(Some(opened));
             lock(&cache.opening).remove(&key.hash);
         });
@@ -345,6 +371,7 @@ impl Cache {
         key: &Arc<Key>,
         want: u64,
         old: Option<&ObjectMeta>,
+        pace: Option<Arc<Pace>>,
     ) -> Opened {
         let s = self.slice_bytes;
         let want = old.map_or(want, |m| want.min(m.size.saturating_sub(1)));
@@ -431,7 +458,7 @@ impl Cache {
         if let Some(response) = body {
             let index = if response.status == 200 { 0 } else { index };
             if self.store.slice(&key.hash, &meta, index).is_none() {
-                let _ = self.slice_fill(table, key, &meta, index, Some(response));
+                let _ = self.slice_fill(table, key, &meta, index, Some(response), pace);
             }
         }
         Opened::Object { meta, status }

@@ -121,7 +121,7 @@ impl Cache {
             let upto = end.min(last + 1);
             // The range goes on past this slice: have the next one coming meanwhile.
             if upto < end && self.stored(files, key, meta, index + 1).is_none() {
-                let (_, joined) = self.slice_fill(table, key, meta, index + 1, None);
+                let (_, joined) = self.slice_fill(table, key, meta, index + 1, None, None);
                 if !joined {
                     own_prefetch = Some(index + 1);
                 }
@@ -139,7 +139,7 @@ impl Cache {
                     self.stats.hit_bytes.add(upto - at);
                 }
                 None => {
-                    let (rx, joined) = self.slice_fill(table, key, meta, index, None);
+                    let (rx, joined) = self.slice_fill(table, key, meta, index, None, None);
                     if joined && own_prefetch != Some(index) {
                         self.stats.collapsed.add(1);
                     }

@@ -97,6 +97,15 @@ pub(crate) fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Runnin
         false => None,
     };
     let cache = start_cache(&settings.config, fill.as_ref(), plan.domains.len())?;
+    // The prefill job (a saved one resumes), beside the cache it fills.
+    let prefill = match &cache {
+        Some(c) => Some(crate::server::prefill::Prefiller::start(
+            c.clone(),
+            &settings.config.prefill,
+            settings.config.cache.dirs[0].path.clone(),
+        )?),
+        None => None,
+    };
     let access_log = match settings.config.access_log.file() {
         Some(path) => Some(
             AccessLog::start(path)
@@ -196,6 +205,7 @@ pub(crate) fn start(config: Config, opts: ServeOptions) -> anyhow::Result<Runnin
         model_ceiling_gbps: Default::default(),
         fill,
         cache,
+        prefill,
         access_log: access_log.clone(),
         certificates: std::sync::Mutex::new(super::certificates_of(&settings)),
         reloads: Default::default(),
