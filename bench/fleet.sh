@@ -15,10 +15,12 @@
 #             a cold fleet with parents and without, hashed and round robin
 #   tier-kill kill -9 of a parent under a verified run
 #
-#   bench/fleet.sh [--quick] [--bin PATH]
+#   bench/fleet.sh [--quick] [--no-tier] [--bin PATH]
 #
 # --quick: the short forms' sizes (tests/fleet/run and tests/fleet/tier: about six
-# minutes; the full form about twelve). Needs root, haproxy and prometheus (and
+# minutes; the full form about twelve). --no-tier: the flat fleet's rows only (about
+# three minutes with --quick; scripts/test runs the tier's short form on its own,
+# tests/fleet/tier, with the same scenario functions). Needs root, haproxy and prometheus (and
 # SeaweedFS, fetched once); FLEET_KEEP=DIR keeps the logs, configurations and samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +28,8 @@ cd "$(dirname "$0")/.."
 . tests/fleet/lib.sh
 . tests/fleet/tier.sh
 
-quick=0 bin=
-parse_flags "usage: bench/fleet.sh [--quick] [--bin PATH]" --quick:quick=1 --bin=bin -- "$@"
+quick=0 tier=1 bin=
+parse_flags "usage: bench/fleet.sh [--quick] [--no-tier] [--bin PATH]" --quick:quick=1 --no-tier:tier=0 --bin=bin -- "$@"
 build_linerate
 fleet_up 240 1
 
@@ -56,9 +58,11 @@ node_restart b
 run crash scenario_crash "$d" "$sessions" 8
 run load scenario_load "$d" "$lsessions" 8 0.8
 run affinity scenario_affinity "$ad" "$asessions" 10 "$acache" "$atitles"
-tier_up "$ttitles" 4
-run tier scenario_tier_multiples "$td" "$tsessions" 16 1.0
-run tier-kill scenario_tier_kill "$td" "$tsessions" 16 1.0
+if [ "$tier" = 1 ]; then
+    tier_up "$ttitles" 4
+    run tier scenario_tier_multiples "$td" "$tsessions" 16 1.0
+    run tier-kill scenario_tier_kill "$td" "$tsessions" 16 1.0
+fi
 
 echo
 echo "| behaviour | checks | measured |"
