@@ -36,6 +36,11 @@ use crate::origin::OriginResponse;
 use crate::store::ObjectMeta;
 use crate::transport::Transport;
 
+/// The most of an answer of unknown length held in memory: an origin that sends
+/// more (an endless body) has its viewers' responses cut there, and nothing is
+/// stored. Live segments are megabytes.
+pub(crate) const LIVE_MAX_BYTES: u64 = 1 << 30;
+
 /// An answer of unknown length under way, shared by its viewers.
 #[derive(Debug)]
 pub(crate) struct Live {
@@ -153,6 +158,10 @@ impl Cache {
     ) -> Result<(), Failure> {
         let mut written = 0u64;
         while let Some(chunk) = response.chunk().await.map_err(Failure::origin)? {
+            if written + chunk.len() as u64 > LIVE_MAX_BYTES {
+                tracing::warn!("an origin answer without a length passed {LIVE_MAX_BYTES} bytes: cut, not stored");
+                return Err(Failure::BadResponse(format!("no length and more than {LIVE_MAX_BYTES} bytes")));
+            }
             file.write_all_at(&chunk, written).map_err(|e| Failure::BadResponse(format!("memory: {e}")))?;
             written += chunk.len() as u64;
             self.stats.origin_bytes.add(chunk.len() as u64);
