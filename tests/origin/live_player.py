@@ -42,8 +42,12 @@ def main():
     page, seconds = sys.argv[1], float(sys.argv[2])
     port = free_port()
     profile = tempfile.mkdtemp(prefix="live-player.")
+    # Chromium's temporary files and PulseAudio's runtime directory go under the
+    # profile's directory, removed at the end, instead of staying in /tmp.
+    env = dict(os.environ, TMPDIR=profile, PULSE_RUNTIME_PATH=profile)
     driver = subprocess.Popen(
-        ["chromedriver", "--port=%d" % port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        ["chromedriver", "--port=%d" % port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, env=env,
     )
     wd = "http://127.0.0.1:%d" % port
     try:

@@ -12,6 +12,9 @@ pub struct Browser {
     session: String,
     _profile: tempfile::TempDir,
     _driver: Guarded,
+    /// Chromium's temporary files and PulseAudio's runtime directory, which would
+    /// otherwise outlive it in /tmp; removed after the driver's group is gone.
+    _scratch: tempfile::TempDir,
 }
 
 impl Browser {
@@ -22,8 +25,14 @@ impl Browser {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
+        let scratch = tempfile::tempdir().unwrap();
         let driver = Guarded::spawn_group(
-            tool("chromedriver").arg(format!("--port={port}")).stdout(Stdio::null()).stderr(Stdio::null()),
+            tool("chromedriver")
+                .arg(format!("--port={port}"))
+                .env("TMPDIR", scratch.path())
+                .env("PULSE_RUNTIME_PATH", scratch.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
         );
         let wd = format!("http://127.0.0.1:{port}");
         assert!(eventually(Duration::from_secs(10), || curl(&[&format!("{wd}/status")]).status.success()));
@@ -49,7 +58,7 @@ impl Browser {
         }}});
         let session = webdriver(&format!("{wd}/session"), "POST", &caps);
         let id = session["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {session}"));
-        Browser { session: format!("{wd}/session/{id}"), _profile: profile, _driver: driver }
+        Browser { session: format!("{wd}/session/{id}"), _profile: profile, _driver: driver, _scratch: scratch }
     }
 
     /// Navigates to `url` (returns once the page has loaded).
