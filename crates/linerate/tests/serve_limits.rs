@@ -30,7 +30,14 @@ fn slow_head_gets_408_and_close() {
     sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     sock.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n").unwrap();
     let (data, took) = read_to_close(&mut sock, Duration::from_secs(10));
-    let r = parse_response(&data).expect("a 408 response");
+    let r = parse_response(&data).unwrap_or_else(|| {
+        panic!(
+            "no 408 response: {} bytes {:?} after {took:?}; the server's log:\n{}",
+            data.len(),
+            String::from_utf8_lossy(&data),
+            s.stderr()
+        )
+    });
     assert_eq!(r.status, 408);
     assert!(took < Duration::from_secs(4), "{took:?}");
 

@@ -392,6 +392,9 @@ pub fn read_until_close(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
+            // A read with a socket timeout is not restarted after a signal handler
+            // runs in this process, whatever SA_RESTART says (signal(7)).
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => break,
             Err(_) => break,
         }
