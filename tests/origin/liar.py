@@ -32,6 +32,19 @@ Live modes, an origin sending what it is still making (only by path prefix):
             "T <send time in ns since the epoch>" padded to TICK_BYTES bytes:
             the time each chunk left the origin, for a viewer to measure how long
             it took to reach it. The file named need not exist.
+  grow      a low-latency CMAF origin over a directory an encoder writes in place
+            (ffmpeg's DASH muxer with -streaming 1 appends each fragment to the
+            segment's file as it is made): a segment `NAME-<number>.m4s` is
+            complete once the next number's file exists. A complete file is served
+            as `honest` does; a segment still being written is sent as a 200,
+            chunked, without a length, each append forwarded within GROW_POLL_MS,
+            until the next segment appears (or nothing was appended for
+            GROW_IDLE_S); one that does not exist yet is waited for up to
+            GROW_WAIT_S (a low-latency player asks for a segment when its first
+            fragment is due), then 404. Every answer carries Cache-Control:
+            max-age=1 for a manifest (.mpd, .m3u8), max-age=3600 for the rest.
+            `grow/.../time` answers the origin's clock (xs:dateTime, no-store),
+            the time source a DASH manifest names for its players.
 
 Each response is logged in the rig's access log format, one line per request, tab
 separated: msec, request line, status, body bytes sent, Range (or -), request time
@@ -49,7 +62,9 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ("honest", "short", "long", "range", "head")
-LIVE_MODES = ("chunked", "chunkcut", "tick")
+LIVE_MODES = ("chunked", "chunkcut", "tick", "grow")
+GROW_POLL_MS, GROW_IDLE_S, GROW_WAIT_S = 5, 3.0, 4.0
+SEGMENT = re.compile(r"(.*-)(\d+)(\.m4s)$")
 CHUNKS, CHUNK_MS = 10, 100
 TICKS, TICK_MS, TICK_BYTES = 40, 50, 1000
 SHIFT = 4096
@@ -115,7 +130,13 @@ class Handler(BaseHTTPRequestHandler):
             mode, path = parts[0], "/" + parts[1]
         rel = os.path.normpath(path.lstrip("/"))
         full = os.path.join(args.root, rel)
-        if mode in LIVE_MODES and not head_only and (mode == "tick" or os.path.isfile(full)):
+        if mode == "grow" and os.path.basename(rel) == "time":
+            self.serve_time(head_only, t0)
+            return
+        if mode == "grow" and not head_only and not rel.startswith(".."):
+            if self.serve_growing(full, t0):
+                return
+        elif mode in LIVE_MODES and not head_only and (mode == "tick" or os.path.isfile(full)):
             self.serve_live(mode, full, t0)
             return
         if rel.startswith("..") or not os.path.isfile(full):
@@ -150,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
         elif mode == "long":
             declared = n - SHIFT if n > 2 * SHIFT else n // 2
         self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Type", grow_content_type(full) if mode == "grow" else "application/octet-stream")
         self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
         self.send_header("ETag", '"%x-%x"' % (int(st.st_mtime), size))
         self.send_header("Accept-Ranges", "bytes")
@@ -158,6 +179,8 @@ class Handler(BaseHTTPRequestHandler):
             a, b = (first + SHIFT, last + SHIFT) if mode == "range" else (first, last)
             self.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, size))
         self.send_header("Content-Length", str(declared))
+        if mode == "grow":
+            self.send_header("Cache-Control", grow_cache_control(full))
         if mode == "head":
             self.send_header("X-Oversized", "a" * HEAD_PAD)
         if mode in ("short", "long"):
@@ -231,6 +254,72 @@ class Handler(BaseHTTPRequestHandler):
             sent += len(piece)
         self.send(b"0\r\n\r\n")
         self.finish_log(200, sent, t0)
+
+
+    def serve_time(self, head_only, t0):
+        """The origin's clock, as a DASH player synchronises with it (xs:dateTime)."""
+        now = time.time()
+        body = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.finish_log(200, self.send(b"" if head_only else body), t0)
+
+    def serve_growing(self, full, t0):
+        """A segment being written: followed, chunked. False: not a segment, or
+        complete, for the caller to serve as a file."""
+        m = SEGMENT.match(full)
+        if not m:
+            return False
+        nxt = "%s%0*d%s" % (m.group(1), len(m.group(2)), int(m.group(2)) + 1, m.group(3))
+        waited_until = time.time() + GROW_WAIT_S
+        while not os.path.exists(full) and time.time() < waited_until:
+            time.sleep(GROW_POLL_MS / 1000)
+        if not os.path.exists(full) or os.path.exists(nxt):
+            return False
+        self.send_response(200)
+        self.send_header("Content-Type", grow_content_type(full))
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", grow_cache_control(full))
+        self.end_headers()
+        sent, last_growth = 0, time.time()
+        with open(full, "rb") as f:
+            while True:
+                # Whether it was complete is read before what is there: once the
+                # next segment exists, this one was written whole.
+                done = os.path.exists(nxt) or time.time() - last_growth > GROW_IDLE_S
+                piece = f.read()
+                if piece:
+                    last_growth = time.time()
+                    frame = b"%x\r\n" % len(piece) + piece + b"\r\n"
+                    if self.send(frame) < len(frame):
+                        self.finish_log(200, sent, t0)
+                        return True
+                    try:
+                        self.wfile.flush()
+                    except OSError:
+                        self.close_connection = True
+                        self.finish_log(200, sent, t0)
+                        return True
+                    sent += len(piece)
+                elif done:
+                    break
+                else:
+                    time.sleep(GROW_POLL_MS / 1000)
+        self.send(b"0\r\n\r\n")
+        self.finish_log(200, sent, t0)
+        return True
+
+
+def grow_content_type(path):
+    return {".mpd": "application/dash+xml", ".m3u8": "application/vnd.apple.mpegurl"}.get(
+        os.path.splitext(path)[1], "video/mp4")
+
+
+def grow_cache_control(path):
+    return "max-age=1" if path.endswith((".mpd", ".m3u8")) else "max-age=3600"
 
 
 class Server(ThreadingHTTPServer):

@@ -13,7 +13,8 @@
       chunked bodies decoded strictly:
       per viewer its status, framing (chunked, length or close), whether the body
       ended properly (the last chunk, or the whole length), time to the first body
-      byte and to the end, and whether the bytes are FILE's; JSON.
+      byte and to the end, and whether the bytes are FILE's (read when they are
+      done: it may be a file still being written); JSON.
   latency URL --viewers N [--procs P]
       N viewers (in P client processes) of a chunked stream of "T <send time ns>" lines (liar.py's tick
       mode): for every line sent after the viewer's request, receive time - send
@@ -181,7 +182,8 @@ def view(host, port, path, http10, t0):
 
 
 def viewers(a):
-    expect = open(a.expect, "rb").read() if a.expect else None
+    # FILE is read once the viewers are done: it may still be written while they read.
+    expect = a.expect
     time.sleep(a.delay / 1000)
     if a.rounds == 1:
         print(json.dumps(herd_once(a, expect)))
@@ -212,6 +214,9 @@ def herd_once(a, expect):
         th.start()
     for th in threads:
         th.join()
+    if expect is not None:
+        with open(expect, "rb") as f:
+            expect = f.read()
     for r in out:
         r["exact"] = expect is not None and r.pop("body") == expect
     firsts = sorted(r["first_ms"] for r in out if r.get("first_ms") is not None)
