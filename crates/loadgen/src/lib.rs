@@ -28,6 +28,8 @@ pub mod chart;
 mod client;
 mod cpu;
 mod exchange;
+mod live;
+mod m3u8;
 mod plan;
 mod playback;
 mod report;

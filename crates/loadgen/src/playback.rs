@@ -28,6 +28,11 @@
 //!
 //! In closed-loop mode (`--max-rate`) there is no pacing and no deadline: play delay
 //! is still measured (the start-up segments), rebuffers are not.
+//!
+//! A live play (`--live`) is the same model with segments of their own durations
+//! (`EXTINF`): [`Playback::arrived_lasting`] adds each one's, and segment `i` starts
+//! playing at `P` + the durations of the segments before it + `S`. It has no last
+//! segment: it ends with the run.
 
 use std::time::Duration;
 
@@ -44,6 +49,8 @@ pub(crate) struct Playback {
     rebuffers: u32,
     /// Segments `0..done` have arrived.
     done: u32,
+    /// Their playback time.
+    media: Duration,
 }
 
 /// What the end of a play adds to the run's QoE totals.
@@ -78,6 +85,7 @@ impl Playback {
             stall: Duration::ZERO,
             rebuffers: 0,
             done: 0,
+            media: Duration::ZERO,
         }
     }
 
@@ -111,12 +119,23 @@ impl Playback {
         self.deadline(self.segments)
     }
 
+    /// When the next segment starts playing: `None` before playback has started.
+    fn next_deadline(&self) -> Option<Duration> {
+        Some(self.playing_since? + self.media + self.stall)
+    }
+
     /// Records that the next segment arrived completely at `t`. Returns the rebuffer
     /// it caused, if it was late (paced mode).
     pub(crate) fn arrived(&mut self, t: Duration, paced: bool) -> Option<Duration> {
-        let i = self.done;
-        assert!(i < self.segments, "every segment of the title has already arrived");
+        self.arrived_lasting(t, paced, self.segment)
+    }
+
+    /// [`Playback::arrived`] for a segment that plays for `duration` (live).
+    pub(crate) fn arrived_lasting(&mut self, t: Duration, paced: bool, duration: Duration) -> Option<Duration> {
+        assert!(self.done < self.segments, "every segment of the title has already arrived");
+        let deadline = self.next_deadline();
         self.done += 1;
+        self.media += duration;
         if self.playing_since.is_none() {
             if self.done == self.startup_segments {
                 self.playing_since = Some(t.max(self.began));
@@ -126,7 +145,7 @@ impl Playback {
         if !paced {
             return None;
         }
-        let deadline = self.deadline(i).expect("playing");
+        let deadline = deadline.expect("playing");
         if t > deadline {
             let late = t - deadline;
             self.stall += late;
@@ -146,8 +165,8 @@ impl Playback {
         };
         let mut open_stall = Duration::ZERO;
         if paced {
-            if let Some(i) = self.next_segment() {
-                let deadline = self.deadline(i).expect("playing");
+            if self.next_segment().is_some() {
+                let deadline = self.next_deadline().expect("playing");
                 if now > deadline {
                     open_stall = now - deadline;
                     self.stall += open_stall;

@@ -91,6 +91,24 @@ impl WorkerCtx {
     }
 }
 
+/// What a request is for.
+struct Request<'a> {
+    origin: usize,
+    expect: Expect,
+    /// The URL (and range) it fetches, for error messages.
+    label: &'a str,
+    /// Offset in its file of the first body byte (for `--verify` messages).
+    offset: u64,
+}
+
+/// When a request began (its connection included), its first response byte
+/// arrived, and its last.
+struct Timing {
+    began: Instant,
+    first_byte: Instant,
+    done: Instant,
+}
+
 /// How a fetch ended, other than with the segment.
 enum Stop {
     /// The run is over.
@@ -223,17 +241,56 @@ impl Session {
         self.request.clear();
         self.request.extend_from_slice(&t.request_prefix);
         self.request.extend_from_slice(format!("{first}-{last}\r\n\r\n").as_bytes());
+        let what = Request {
+            origin: t.origin,
+            expect: Expect::Range { first, last },
+            label: &format!("{} bytes {first}-{last}", t.url),
+            offset: first,
+        };
+        let mut received = 0u64;
+        let timing = self
+            .request(what, &mut |body, scratch| {
+                let ok = ctx.take_body(title, first + received, body, scratch);
+                received += body.len() as u64;
+                ok
+            })
+            .await?;
+        self.record_segment(title < plan.hot_titles, &timing);
+        Ok(timing.done)
+    }
 
+    /// Counts a segment that arrived.
+    fn record_segment(&self, hot: bool, t: &Timing) {
+        let plan = &self.ctx.plan;
+        let mut stats = self.ctx.stats.borrow_mut();
+        stats.requests += 1;
+        stats.bucket(plan.since_start(t.done)).requests += 1;
+        stats.record_ttfb(hot, t.first_byte - t.began, plan.since_start(t.done));
+        WorkerStats::record(&mut stats.segment_usecs, t.done - t.began);
+        self.ctx.live.add_request();
+    }
+
+    /// Sends `self.request` to origin `what.origin` on the session's connection
+    /// (opened first if there is none to that origin) and reads the response, its
+    /// body to `on_body`. A failure is counted as an error of its kind.
+    async fn request(
+        &mut self,
+        what: Request<'_>,
+        on_body: &mut dyn FnMut(&[u8], &mut [u8]) -> bool,
+    ) -> Result<Timing, Stop> {
+        let ctx = self.ctx.clone();
+        let plan = &ctx.plan;
+        let label = what.label;
         let began = Instant::now();
         let mut retried = false;
         loop {
-            let reused = matches!(&self.conn, Some((o, _)) if *o == t.origin);
+            let reused = matches!(&self.conn, Some((o, _)) if *o == what.origin);
             if !reused {
                 self.conn = None;
-                let origin = &plan.catalogue.origins[t.origin];
+                let origin = &plan.catalogue.origins[what.origin];
                 let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
                 ctx.stats.borrow_mut().connections += 1;
-                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[t.origin].as_ref())).await {
+                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[what.origin].as_ref())).await {
                     Ok(Ok(c)) => {
                         let mut stats = ctx.stats.borrow_mut();
                         match c.resumed() {
@@ -241,7 +298,7 @@ impl Session {
                             Some(false) => stats.handshakes_full += 1,
                             None => {}
                         }
-                        self.conn = Some((t.origin, c));
+                        self.conn = Some((what.origin, c));
                     }
                     Ok(Err(e)) => {
                         if let ConnectError::Io(io) = &e {
@@ -258,20 +315,19 @@ impl Session {
             }
             let (_, conn) = self.conn.as_mut().expect("connected above");
             let deadline = (began + plan.request_timeout).min(plan.end);
-            self.reader.start(Expect::Range { first, last });
+            self.reader.start(what.expect);
             let mut first_byte = None;
             let mut received = 0u64;
             let result = timeout_at(
                 deadline.into(),
                 exchange(conn, &self.request, &mut self.reader, &ctx.bufs, &mut first_byte, &mut |body, scratch| {
-                    let ok = ctx.take_body(title, first + received, body, scratch);
-                    received += body.len() as u64;
+                    let ok = on_body(body, scratch);
+                    received += u64::from(ok) * body.len() as u64;
                     ok
                 }),
             )
             .await;
             let now = Instant::now();
-            let url = &t.url;
             if let Ok(Err(ExchangeError::Io(e))) = &result {
                 count_reset(&ctx, e);
             }
@@ -280,22 +336,12 @@ impl Session {
                     if head.close || plan.connection_per_request {
                         self.conn = None;
                     }
-                    let mut stats = ctx.stats.borrow_mut();
-                    stats.requests += 1;
-                    stats.bucket(plan.since_start(now)).requests += 1;
-                    stats.record_ttfb(
-                        title < plan.hot_titles,
-                        first_byte.unwrap_or(now) - began,
-                        plan.since_start(now),
-                    );
-                    WorkerStats::record(&mut stats.segment_usecs, now - began);
-                    ctx.live.add_request();
-                    return Ok(now);
+                    return Ok(Timing { began, first_byte: first_byte.unwrap_or(now), done: now });
                 }
                 Err(_) if now >= plan.end => return Err(Stop::Ended),
                 Err(_) => {
                     let d = plan.request_timeout;
-                    (ErrorKind::Timeout, format!("{url} bytes {first}-{last}: no complete response within {d:?}"))
+                    (ErrorKind::Timeout, format!("{label}: no complete response within {d:?}"))
                 }
                 // The server closed a kept-alive connection before our request
                 // reached it (its idle timeout): a real client retries once.
@@ -317,13 +363,13 @@ impl Session {
                         ExchangeError::Response(ResponseError::Protocol(_)) => ErrorKind::Protocol,
                         ExchangeError::Rejected => ErrorKind::Verify,
                     };
-                    let what = match kind {
+                    let detail = match kind {
                         ErrorKind::Verify => {
-                            format!("body differs from the file at or after offset {}", first + received)
+                            format!("body differs from the file at or after offset {}", what.offset + received)
                         }
                         _ => e.to_string(),
                     };
-                    (kind, format!("{url} bytes {first}-{last}: {what}"))
+                    (kind, format!("{label}: {detail}"))
                 }
             };
             self.conn = None;
