@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use super::m3u8::MediaPlaylist;
 
 /// Multiple of the target duration a viewer stays behind the end of the playlist.
-const HOLD_BACK_TARGETS: u32 = 3;
+pub(crate) const HOLD_BACK_TARGETS: u32 = 3;
 
 /// A segment listed and not yet fetched.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,9 +49,11 @@ impl Follower {
     /// stream; the segments queued by it are the start-up buffer ([`Follower::len`]).
     pub(crate) fn update(&mut self, playlist: &MediaPlaylist, now: Duration) -> u64 {
         let segs = &playlist.segments;
-        let from = match self.next_listed {
-            Some(next) => next,
-            None => segs.get(join_index(playlist)).map_or(0, |s| s.seq),
+        let from = match (self.next_listed, segs.get(join_index(playlist))) {
+            (Some(next), _) => next,
+            (None, Some(first)) => first.seq,
+            // Nothing listed yet: the viewer joins with the first playlist that has.
+            (None, None) => return 0,
         };
         let mut skipped = 0;
         if let Some(first) = segs.first() {
@@ -128,12 +130,7 @@ mod tests {
         MediaPlaylist {
             target_duration: Duration::from_secs(2),
             segments: (first..first + n)
-                .map(|seq| Segment {
-                    seq,
-                    uri: format!("seg{seq}.ts"),
-                    duration: s(d),
-                    program_date_time: None,
-                })
+                .map(|seq| Segment { seq, uri: format!("seg{seq}.ts"), duration: s(d), program_date_time: None })
                 .collect(),
             ended: false,
         }
@@ -161,6 +158,16 @@ mod tests {
     }
 
     #[test]
+    fn a_viewer_joins_with_the_first_playlist_that_lists_a_segment() {
+        let mut f = Follower::default();
+        assert_eq!(f.update(&playlist(0, 0, 2.0), s(0.0)), 0);
+        assert_eq!(f.len(), 0);
+        // The stream starts at 500: nothing before it is skipped or queued.
+        assert_eq!(f.update(&playlist(500, 1, 2.0), s(1.0)), 0);
+        assert_eq!(seqs(&f), [500]);
+    }
+
+    #[test]
     fn each_new_segment_is_queued_once_in_order() {
         let mut f = Follower::default();
         f.update(&playlist(10, 6, 2.0), s(0.0));
@@ -185,7 +192,7 @@ mod tests {
         let mut f = Follower::default();
         f.update(&playlist(10, 6, 2.0), s(0.0)); // queued 13, 14, 15
         f.fetched(); // 13
-        // The playlist moved on to 16..=21: 14 and 15 were queued and left, 16.. new.
+                     // The playlist moved on to 16..=21: 14 and 15 were queued and left, 16.. new.
         assert_eq!(f.update(&playlist(16, 6, 2.0), s(20.0)), 2);
         assert_eq!(seqs(&f), [16, 17, 18, 19, 20, 21]);
         for _ in 0..6 {

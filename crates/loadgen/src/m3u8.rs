@@ -48,7 +48,8 @@ pub(crate) fn parse(text: &str) -> Result<MediaPlaylist, String> {
             let (name, value) = tag.split_once(':').unwrap_or((tag, ""));
             match name {
                 "EXT-X-TARGETDURATION" => {
-                    let t: u64 = value.parse().map_err(|_| format!("EXT-X-TARGETDURATION {value:?} is not an integer"))?;
+                    let t: u64 =
+                        value.parse().map_err(|_| format!("EXT-X-TARGETDURATION {value:?} is not an integer"))?;
                     if t == 0 {
                         return Err("EXT-X-TARGETDURATION is 0".into());
                     }
@@ -213,8 +214,8 @@ mod tests {
 #EXT-X-TARGETDURATION:2
 #EXT-X-MEDIA-SEQUENCE:41
 #EXT-X-INDEPENDENT-SEGMENTS
-#EXT-X-PROGRAM-DATE-TIME:2026-11-27T18:50:05.120+0000
 #EXTINF:2.000000,
+#EXT-X-PROGRAM-DATE-TIME:2026-11-27T18:50:05.120+0000
 seg00041.ts
 #EXT-X-PROGRAM-DATE-TIME:2026-11-27T18:50:07.120+0000
 #EXTINF:2.000000,
@@ -227,6 +228,8 @@ seg00043.ts
         UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
     }
 
+    /// ffmpeg writes `EXTINF` before `EXT-X-PROGRAM-DATE-TIME`; other packagers
+    /// the other way round: both apply to the next URI.
     #[test]
     fn a_live_media_playlist_as_ffmpeg_writes_it() {
         let p = parse(FFMPEG).unwrap();

@@ -278,6 +278,23 @@ mod tests {
     }
 
     #[test]
+    fn live_segments_play_for_their_own_durations() {
+        // Joined with three segments; no last one.
+        let mut p = Playback::new(s(2.0), 3, u32::MAX, s(0.0));
+        for (t, d) in [(0.2, 2.0), (0.4, 1.5), (0.6, 2.5)] {
+            assert_eq!(p.arrived_lasting(s(t), true, s(d)), None);
+        }
+        assert_eq!(p.play_delay(), Some(s(0.6)));
+        // Six seconds of media from 0.6 s: the fourth segment is due at 6.6 s.
+        assert_eq!(p.arrived_lasting(s(6.6), true, s(1.0)), None);
+        // The fifth at 7.6 s; it arrives at 8.0 s: a rebuffer of 0.4 s.
+        assert_eq!(p.arrived_lasting(s(8.0), true, s(2.0)), Some(s(0.4)));
+        // The run ends at 9 s with the sixth (due at 10 s) not in: no stall.
+        let out = p.finish(s(9.0), true);
+        assert_eq!((out.rebuffers, out.stall, out.watch), (1, s(0.4), s(8.4)));
+    }
+
+    #[test]
     fn short_titles_start_when_their_last_segment_arrives() {
         let mut p = Playback::new(s(4.0), 3, 2, s(0.0));
         p.arrived(s(0.3), true);

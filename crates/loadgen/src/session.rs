@@ -23,6 +23,8 @@ use super::response::{Expect, ResponseError, ResponseReader};
 use super::stats::{ErrorKind, Live, WorkerStats};
 use super::tls::with_resumption;
 
+mod live;
+
 /// A worker's state, shared by its sessions (all on the worker's thread).
 pub(crate) struct WorkerCtx {
     pub plan: Arc<Plan>,
@@ -56,17 +58,20 @@ impl WorkerCtx {
         self.live.add_error();
     }
 
+    /// Counts `n` body bytes of a segment.
+    fn count_body(&self, n: u64) {
+        let mut stats = self.stats.borrow_mut();
+        stats.body_bytes += n;
+        let since = self.plan.since_start(Instant::now());
+        stats.bucket(since).bytes += n;
+        self.live.add_bytes(n);
+    }
+
     /// Counts body bytes and, under `--verify`, compares them with the file.
     /// Returns `false` if they differ (or the file cannot be read).
     fn take_body(&self, title: usize, offset: u64, body: &[u8], scratch: &mut [u8]) -> bool {
         let n = body.len() as u64;
-        {
-            let mut stats = self.stats.borrow_mut();
-            stats.body_bytes += n;
-            let since = self.plan.since_start(Instant::now());
-            stats.bucket(since).bytes += n;
-        }
-        self.live.add_bytes(n);
+        self.count_body(n);
         let Some(path) = &self.plan.catalogue.titles[title].local else { return true };
         let mut files = self.verify_files.borrow_mut();
         let file = match &mut files[title] {
@@ -151,6 +156,10 @@ pub(crate) async fn run(ctx: Rc<WorkerCtx>, id: u32) {
         reader: ResponseReader::default(),
         request: Vec::with_capacity(256),
     };
+    if plan.live.is_some() {
+        s.watch_live().await;
+        return;
+    }
     while Instant::now() < plan.end {
         s.play().await;
     }
@@ -161,7 +170,7 @@ impl Session {
     /// ends. Records the play's QoE.
     async fn play(&mut self) {
         let plan = self.ctx.plan.clone();
-        let title = plan.zipf.sample(&mut self.rng);
+        let title = plan.zipf.as_ref().expect("a run of titles has a popularity model").sample(&mut self.rng);
         let segments = plan.segments_of(title);
         let paced = plan.paced();
         let mut playback =
@@ -177,24 +186,11 @@ impl Session {
             match self.fetch(title, i).await {
                 Ok(arrived) => {
                     let at = plan.since_start(arrived);
-                    let mut stats = self.ctx.stats.borrow_mut();
-                    stats.retried_segments += u64::from(failures > 0);
-                    stats.max_segment_attempts = stats.max_segment_attempts.max(u64::from(failures) + 1);
-                    failures = 0;
-                    if let Some(late) = playback.arrived(at, paced) {
-                        stats.bucket(at).rebuffers += 1;
-                        stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
-                    }
+                    let late = playback.arrived(at, paced);
+                    self.segment_arrived(at, late, &mut failures);
                 }
                 Err(Stop::Ended) => break,
-                Err(Stop::Failed) => {
-                    // A player retries the same segment; back off so a refusing
-                    // server is not hammered (100 ms doubling up to 2 s).
-                    self.conn = None;
-                    let wait = Duration::from_millis(100 << failures.min(5)).min(Duration::from_secs(2));
-                    failures += 1;
-                    sleep_until((Instant::now() + wait).min(plan.end).into()).await;
-                }
+                Err(Stop::Failed) => self.back_off(&mut failures, plan.end).await,
             }
         }
         if failures > 0 {
@@ -207,6 +203,34 @@ impl Session {
                 sleep_until(plan.at(end).min(plan.end).into()).await;
             }
         }
+        self.end_play(playback, paced);
+    }
+
+    /// Counts a segment that arrived at `at` (an offset into the run) after
+    /// `failures` failed attempts (reset to 0), `late` if it caused a rebuffer.
+    fn segment_arrived(&self, at: Duration, late: Option<Duration>, failures: &mut u32) {
+        let mut stats = self.ctx.stats.borrow_mut();
+        stats.retried_segments += u64::from(*failures > 0);
+        stats.max_segment_attempts = stats.max_segment_attempts.max(u64::from(*failures) + 1);
+        *failures = 0;
+        if let Some(late) = late {
+            stats.bucket(at).rebuffers += 1;
+            stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
+        }
+    }
+
+    /// After a failed request: a player retries the same segment; back off so a
+    /// refusing server is not hammered (100 ms doubling up to 2 s), not past `until`.
+    async fn back_off(&mut self, failures: &mut u32, until: Instant) {
+        self.conn = None;
+        let wait = Duration::from_millis(100 << (*failures).min(5)).min(Duration::from_secs(2));
+        *failures += 1;
+        sleep_until((Instant::now() + wait).min(until).into()).await;
+    }
+
+    /// Ends a play now (at the latest at the run's end) and adds its QoE to the totals.
+    fn end_play(&self, playback: Playback, paced: bool) {
+        let plan = &self.ctx.plan;
         let now = plan.since_start(Instant::now().min(plan.end));
         let out = playback.finish(now, paced);
         let mut stats = self.ctx.stats.borrow_mut();
