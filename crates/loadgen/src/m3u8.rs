@@ -64,7 +64,7 @@ pub(crate) fn parse(text: &str) -> Result<MediaPlaylist, String> {
                 "EXTINF" => {
                     let secs = value.split(',').next().unwrap_or("").trim();
                     let d: f64 = secs.parse().map_err(|_| format!("EXTINF {secs:?} is not a number"))?;
-                    if !(d.is_finite() && d >= 0.0 && d < 86_400.0) {
+                    if !(0.0..86_400.0).contains(&d) {
                         return Err(format!("EXTINF {secs:?} is out of range"));
                     }
                     extinf = Some(Duration::from_secs_f64(d));

@@ -164,14 +164,12 @@ impl Playback {
             return PlayOutcome { startup_wait: now.saturating_sub(self.began), ..PlayOutcome::default() };
         };
         let mut open_stall = Duration::ZERO;
-        if paced {
-            if self.next_segment().is_some() {
-                let deadline = self.next_deadline().expect("playing");
-                if now > deadline {
-                    open_stall = now - deadline;
-                    self.stall += open_stall;
-                    self.rebuffers += 1;
-                }
+        if paced && self.next_segment().is_some() {
+            let deadline = self.next_deadline().expect("playing");
+            if now > deadline {
+                open_stall = now - deadline;
+                self.stall += open_stall;
+                self.rebuffers += 1;
             }
         }
         let end = match self.ends_at() {
