@@ -21,6 +21,7 @@ mod common;
 mod abuse;
 mod access_log;
 mod bench_https;
+mod bench_live;
 mod bench_resume;
 mod bench_stall;
 mod bench_verify;

@@ -16,6 +16,7 @@ use rustls::pki_types::ServerName;
 
 use super::client::{Conn, TlsTarget};
 use super::exchange::{exchange, Buffers};
+use super::plan::LiveStream;
 use super::response::{Expect, ResponseReader};
 
 /// A scheme, host and port that titles are fetched from.
@@ -199,6 +200,21 @@ pub(crate) async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discov
         t.size_bytes = size;
     }
     Ok(Catalogue { origins, titles })
+}
+
+/// The catalogue of a live run (`--live URL`): the playlist's origin, resolved, and
+/// no titles; and the stream's playlist.
+pub(crate) async fn live(url: &str, opts: &Discovery<'_>) -> anyhow::Result<(Catalogue, LiveStream)> {
+    let e = parse(url, Some(PathBuf::new())).with_context(|| "--live")?;
+    let origin = resolve(&e, opts).await?;
+    let stream = LiveStream {
+        url: e.url.clone(),
+        scheme: if e.https { "https" } else { "http" },
+        authority: e.authority.clone(),
+        target: e.target.clone(),
+        origin: 0,
+    };
+    Ok((Catalogue { origins: vec![origin], titles: Vec::new() }, stream))
 }
 
 async fn resolve(e: &Entry, opts: &Discovery<'_>) -> anyhow::Result<Origin> {

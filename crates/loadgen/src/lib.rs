@@ -13,6 +13,10 @@
 //!    kept-alive connection (`client`: plain or rustls, TLS sessions resumed from
 //!    the viewer's own store unless `--no-resume`; a new connection per request with
 //!    `--connection-per-request`), one `exchange` at a time; responses are checked by `response` (heads parsed by httparse).
+//!    With `--live URL` (`catalogue::live`, `plan::LiveStream`) a session is
+//!    instead one viewer of an HLS live stream (`session::live`): it follows the
+//!    media playlist (`m3u8`) as the `live` model says, on the same connection and
+//!    through the same request routine, and plays it with the same `playback` model.
 //! 5. Each worker keeps its own `stats`; the main thread shows progress from
 //!    single-writer counters, merges the workers' results at the end, adds its own
 //!    CPU time (`cpu`) and prints the `report`.
@@ -28,6 +32,8 @@ pub mod chart;
 mod client;
 mod cpu;
 mod exchange;
+mod live;
+mod m3u8;
 mod plan;
 mod playback;
 mod report;
@@ -63,7 +69,7 @@ const SPARE_FDS: u64 = 64;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// File of URLs, one per line (`#` starts a comment), most popular first.
-    #[arg(long, value_name = "FILE", required_unless_present = "base_url", conflicts_with_all = ["base_url", "files"])]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["base_url", "live"], conflicts_with_all = ["base_url", "files"])]
     url_list: Option<PathBuf>,
     /// Base URL that `--files` are relative to, e.g. `http://127.0.0.1:8080/media/`.
     #[arg(long, value_name = "URL", requires = "files")]
@@ -71,6 +77,21 @@ pub struct BenchArgs {
     /// Comma-separated file names under `--base-url`, most popular first.
     #[arg(long, value_name = "a,b,c", value_delimiter = ',', requires = "base_url")]
     files: Vec<String>,
+    /// Live mode: every session is a viewer of the HLS live stream whose media
+    /// playlist is at URL. It joins three target durations behind the live edge,
+    /// reloads the playlist as RFC 8216 says (a target duration after it changed,
+    /// half of one when it had not) and fetches each new segment once, in order, on
+    /// its one kept-alive connection, until the run ends. The options about titles,
+    /// ranges and pacing do not apply.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with_all = [
+            "url_list", "base_url", "files", "max_rate", "verify", "hot_titles", "zipf",
+            "bitrate_mbps", "segment_bytes", "startup_segments", "seed",
+        ]
+    )]
+    live: Option<String>,
     /// Concurrent sessions (viewers), each with one connection.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_SESSIONS as i64))]
     sessions: u32,
@@ -175,10 +196,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         limit.soft
     );
 
-    let urls: Vec<(String, Option<PathBuf>)> = match (&args.url_list, &args.base_url) {
-        (Some(list), _) => catalogue::read_url_list(list)?.into_iter().map(|u| (u, None)).collect(),
-        (None, Some(base)) => catalogue::join_base(base, &args.files)?.into_iter().map(|(u, p)| (u, Some(p))).collect(),
-        (None, None) => anyhow::bail!("give --url-list FILE or --base-url URL --files a,b,c"),
+    let urls: Vec<(String, Option<PathBuf>)> = match (&args.live, &args.url_list, &args.base_url) {
+        (Some(url), ..) => vec![(url.clone(), None)],
+        (None, Some(list), _) => catalogue::read_url_list(list)?.into_iter().map(|u| (u, None)).collect(),
+        (None, None, Some(base)) => {
+            catalogue::join_base(base, &args.files)?.into_iter().map(|(u, p)| (u, Some(p))).collect()
+        }
+        (None, None, None) => anyhow::bail!("give --url-list FILE, --base-url URL --files a,b,c or --live URL"),
     };
     let tls = if catalogue::any_https(&urls) {
         let trust = match (&args.cacert, args.insecure) {
@@ -191,10 +215,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         None
     };
     let discovery = catalogue::Discovery { tls, verify_dir: args.verify.as_deref(), timeout: request_timeout };
-    let catalogue = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(catalogue::discover(urls, &discovery))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (catalogue, live) = match &args.live {
+        Some(url) => {
+            let (c, stream) = runtime.block_on(catalogue::live(url, &discovery))?;
+            (c, Some(stream))
+        }
+        None => (runtime.block_on(catalogue::discover(urls, &discovery))?, None),
+    };
+    drop(runtime);
 
     let workers = match args.workers {
         Some(n) => n as usize,
@@ -204,15 +233,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let segment_duration = bitrate_bps.map(|b| plan::segment_duration(args.segment_bytes, b)).unwrap_or_default();
     let titles = catalogue.titles.len();
     let setup = Setup {
-        mode: if args.max_rate { "max-rate" } else { "paced" },
+        mode: match (&live, args.max_rate) {
+            (Some(_), _) => "live",
+            (None, true) => "max-rate",
+            (None, false) => "paced",
+        },
+        live_url: live.as_ref().map(|l| l.url.clone()),
         sessions: args.sessions,
         workers,
         duration_s: duration.as_secs_f64(),
         titles,
-        segment_bytes: args.segment_bytes,
-        bitrate_mbps: bitrate_bps.map(|b| b / 1e6),
-        segment_s: bitrate_bps.map(|_| segment_duration.as_secs_f64()),
-        startup_segments: args.startup_segments,
+        segment_bytes: live.is_none().then_some(args.segment_bytes),
+        bitrate_mbps: bitrate_bps.filter(|_| live.is_none()).map(|b| b / 1e6),
+        segment_s: bitrate_bps.filter(|_| live.is_none()).map(|_| segment_duration.as_secs_f64()),
+        startup_segments: if live.is_some() { live::HOLD_BACK_TARGETS } else { args.startup_segments },
         zipf_exponent: args.zipf,
         hot_titles: args.hot_titles.map(|n| (n as usize).min(titles)),
         resume: !args.no_resume,
@@ -223,7 +257,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     let plan = Arc::new(plan::Plan {
         catalogue,
-        zipf: zipf::Zipf::new(titles, args.zipf),
+        zipf: (titles > 0).then(|| zipf::Zipf::new(titles, args.zipf)),
+        live,
         bitrate_bps,
         segment_bytes: args.segment_bytes,
         segment_duration,

@@ -8,7 +8,10 @@ use super::zipf::Zipf;
 
 pub(crate) struct Plan {
     pub catalogue: Catalogue,
-    pub zipf: Zipf,
+    /// Title popularity (`None` in live mode, which has no titles).
+    pub zipf: Option<Zipf>,
+    /// The stream every viewer follows (`--live`).
+    pub live: Option<LiveStream>,
     /// `None` in closed-loop mode (`--max-rate`).
     pub bitrate_bps: Option<f64>,
     pub segment_bytes: u64,
@@ -29,6 +32,26 @@ pub(crate) struct Plan {
     pub connection_per_request: bool,
     /// Titles of rank below this count as hot (`--hot-titles`; 0 = none).
     pub hot_titles: usize,
+}
+
+/// A live stream's media playlist (`--live URL`).
+pub(crate) struct LiveStream {
+    pub url: String,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// `host[:port]` as in the URL.
+    pub authority: String,
+    /// The playlist's request target (path and query).
+    pub target: String,
+    /// Its origin in the catalogue.
+    pub origin: usize,
+}
+
+impl LiveStream {
+    /// A `GET` of the whole resource at request target `target` on the stream's origin.
+    pub(crate) fn request_for(&self, target: &str) -> Vec<u8> {
+        format!("GET {target} HTTP/1.1\r\nHost: {}\r\nUser-Agent: linerate-bench\r\n\r\n", self.authority).into_bytes()
+    }
 }
 
 impl Plan {

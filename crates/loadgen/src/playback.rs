@@ -28,6 +28,11 @@
 //!
 //! In closed-loop mode (`--max-rate`) there is no pacing and no deadline: play delay
 //! is still measured (the start-up segments), rebuffers are not.
+//!
+//! A live play (`--live`) is the same model with segments of their own durations
+//! (`EXTINF`): [`Playback::arrived_lasting`] adds each one's, and segment `i` starts
+//! playing at `P` + the durations of the segments before it + `S`. It has no last
+//! segment: it ends with the run.
 
 use std::time::Duration;
 
@@ -44,6 +49,8 @@ pub(crate) struct Playback {
     rebuffers: u32,
     /// Segments `0..done` have arrived.
     done: u32,
+    /// Their playback time.
+    media: Duration,
 }
 
 /// What the end of a play adds to the run's QoE totals.
@@ -78,6 +85,7 @@ impl Playback {
             stall: Duration::ZERO,
             rebuffers: 0,
             done: 0,
+            media: Duration::ZERO,
         }
     }
 
@@ -111,12 +119,23 @@ impl Playback {
         self.deadline(self.segments)
     }
 
+    /// When the next segment starts playing: `None` before playback has started.
+    fn next_deadline(&self) -> Option<Duration> {
+        Some(self.playing_since? + self.media + self.stall)
+    }
+
     /// Records that the next segment arrived completely at `t`. Returns the rebuffer
     /// it caused, if it was late (paced mode).
     pub(crate) fn arrived(&mut self, t: Duration, paced: bool) -> Option<Duration> {
-        let i = self.done;
-        assert!(i < self.segments, "every segment of the title has already arrived");
+        self.arrived_lasting(t, paced, self.segment)
+    }
+
+    /// [`Playback::arrived`] for a segment that plays for `duration` (live).
+    pub(crate) fn arrived_lasting(&mut self, t: Duration, paced: bool, duration: Duration) -> Option<Duration> {
+        assert!(self.done < self.segments, "every segment of the title has already arrived");
+        let deadline = self.next_deadline();
         self.done += 1;
+        self.media += duration;
         if self.playing_since.is_none() {
             if self.done == self.startup_segments {
                 self.playing_since = Some(t.max(self.began));
@@ -126,7 +145,7 @@ impl Playback {
         if !paced {
             return None;
         }
-        let deadline = self.deadline(i).expect("playing");
+        let deadline = deadline.expect("playing");
         if t > deadline {
             let late = t - deadline;
             self.stall += late;
@@ -145,14 +164,12 @@ impl Playback {
             return PlayOutcome { startup_wait: now.saturating_sub(self.began), ..PlayOutcome::default() };
         };
         let mut open_stall = Duration::ZERO;
-        if paced {
-            if let Some(i) = self.next_segment() {
-                let deadline = self.deadline(i).expect("playing");
-                if now > deadline {
-                    open_stall = now - deadline;
-                    self.stall += open_stall;
-                    self.rebuffers += 1;
-                }
+        if paced && self.next_segment().is_some() {
+            let deadline = self.next_deadline().expect("playing");
+            if now > deadline {
+                open_stall = now - deadline;
+                self.stall += open_stall;
+                self.rebuffers += 1;
             }
         }
         let end = match self.ends_at() {
@@ -256,6 +273,23 @@ mod tests {
         assert_eq!(out.rebuffers, 0);
         assert_eq!(out.stall, Duration::ZERO);
         assert_eq!(out.play_delay, Some(s(0.2)));
+    }
+
+    #[test]
+    fn live_segments_play_for_their_own_durations() {
+        // Joined with three segments; no last one.
+        let mut p = Playback::new(s(2.0), 3, u32::MAX, s(0.0));
+        for (t, d) in [(0.2, 2.0), (0.4, 1.5), (0.6, 2.5)] {
+            assert_eq!(p.arrived_lasting(s(t), true, s(d)), None);
+        }
+        assert_eq!(p.play_delay(), Some(s(0.6)));
+        // Six seconds of media from 0.6 s: the fourth segment is due at 6.6 s.
+        assert_eq!(p.arrived_lasting(s(6.6), true, s(1.0)), None);
+        // The fifth at 7.6 s; it arrives at 8.0 s: a rebuffer of 0.4 s.
+        assert_eq!(p.arrived_lasting(s(8.0), true, s(2.0)), Some(s(0.4)));
+        // The run ends at 9 s with the sixth (due at 10 s) not in: no stall.
+        let out = p.finish(s(9.0), true);
+        assert_eq!((out.rebuffers, out.stall, out.watch), (1, s(0.4), s(8.4)));
     }
 
     #[test]

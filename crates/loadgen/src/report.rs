@@ -13,6 +13,12 @@
 //! arrived, the most attempts one took), and `timeline` (one object per second:
 //! `t_s`, `gbps`, `requests`, `errors`, `rebuffers`, `sessions_playing`,
 //! `sessions_stalled` (each the average over that second), `ttfb_p99_ms`).
+//!
+//! Live mode (`--live`, `mode` = `"live"`, `live_url`) adds `playlist_requests`,
+//! `skipped_segments`, `live_latency_ms` and `listed_to_last_byte_ms` (percentile
+//! objects, null outside live mode) and `viewer_segments_min`/`_max` (the fewest and
+//! most segments one viewer fetched); `requests`, `bytes`, `ttfb_ms` and
+//! `segment_ms` count segments only, not playlists.
 
 use std::fmt::Write as _;
 
@@ -65,11 +71,14 @@ pub(crate) struct Second {
 #[derive(Serialize)]
 pub(crate) struct Setup {
     pub mode: &'static str,
+    /// The media playlist every viewer follows (live mode).
+    pub live_url: Option<String>,
     pub sessions: u32,
     pub workers: usize,
     pub duration_s: f64,
     pub titles: usize,
-    pub segment_bytes: u64,
+    /// `None` in live mode (segments are whole files).
+    pub segment_bytes: Option<u64>,
     pub bitrate_mbps: Option<f64>,
     pub segment_s: Option<f64>,
     pub startup_segments: u32,
@@ -98,6 +107,12 @@ pub(crate) struct Summary {
     pub play_delay_ms: Percentiles,
     pub hot_ttfb_ms: Option<Percentiles>,
     pub hot_ttfb_p99_ms: Option<f64>,
+    pub live_latency_ms: Option<Percentiles>,
+    pub listed_to_last_byte_ms: Option<Percentiles>,
+    pub playlist_requests: u64,
+    pub skipped_segments: u64,
+    pub viewer_segments_min: Option<u64>,
+    pub viewer_segments_max: Option<u64>,
     pub plays_started: u64,
     pub plays_not_started: u64,
     pub rebuffers: u64,
@@ -130,6 +145,7 @@ impl Summary {
         let watch_s = stats.watch.as_secs_f64();
         let hot_ttfb_ms = setup.hot_titles.map(|_| Percentiles::of(&stats.hot_ttfb_usecs));
         let stall_s = stats.stall.as_secs_f64();
+        let live = setup.live_url.is_some();
         Summary {
             setup,
             elapsed_s,
@@ -145,6 +161,12 @@ impl Summary {
             play_delay_ms: Percentiles::of(&stats.play_delay_usecs),
             hot_ttfb_p99_ms: hot_ttfb_ms.as_ref().map(|p| p.p99),
             hot_ttfb_ms,
+            live_latency_ms: live.then(|| Percentiles::of(&stats.live_latency_usecs)),
+            listed_to_last_byte_ms: live.then(|| Percentiles::of(&stats.listed_usecs)),
+            playlist_requests: stats.playlist_requests,
+            skipped_segments: stats.skipped_segments,
+            viewer_segments_min: stats.viewer_segments.map(|v| v.0),
+            viewer_segments_max: stats.viewer_segments.map(|v| v.1),
             plays_started: stats.plays_started,
             plays_not_started: stats.plays_not_started,
             rebuffers: stats.rebuffers,
@@ -181,15 +203,24 @@ impl Summary {
     pub(crate) fn to_table(&self) -> String {
         let s = &self.setup;
         let mut o = String::new();
+        let bytes = s.segment_bytes.unwrap_or_default();
         let pacing = match (s.bitrate_mbps, s.segment_s) {
-            (Some(r), Some(d)) => format!("paced at {r} Mb/s, segments of {} bytes = {d:.2} s", s.segment_bytes),
-            _ => format!("closed loop, segments of {} bytes", s.segment_bytes),
+            (Some(r), Some(d)) => format!("paced at {r} Mb/s, segments of {bytes} bytes = {d:.2} s"),
+            _ => format!("closed loop, segments of {bytes} bytes"),
         };
-        let _ = writeln!(
-            o,
-            "linerate bench: {} sessions over {} titles (Zipf {}), {pacing}, start-up {} segments, {} workers, {:.1} s",
-            s.sessions, s.titles, s.zipf_exponent, s.startup_segments, s.workers, self.elapsed_s
-        );
+        match &s.live_url {
+            Some(url) => writeln!(
+                o,
+                "linerate bench: {} live viewers of {url}, joining {} target durations behind the edge, {} workers, {:.1} s",
+                s.sessions, s.startup_segments, s.workers, self.elapsed_s
+            ),
+            None => writeln!(
+                o,
+                "linerate bench: {} sessions over {} titles (Zipf {}), {pacing}, start-up {} segments, {} workers, {:.1} s",
+                s.sessions, s.titles, s.zipf_exponent, s.startup_segments, s.workers, self.elapsed_s
+            ),
+        }
+        .expect("writing to a String");
         let _ = writeln!(
             o,
             "throughput   {:.3} Gb/s  {} bytes  {} requests ({:.1}/s)  {} connections",
@@ -213,12 +244,27 @@ impl Summary {
         }
         let _ = writeln!(o, "{:<14}{:>10}{:>10}{:>10}{:>10}{:>9}", "", "p50", "p90", "p99", "max", "count");
         let hot = self.hot_ttfb_ms.as_ref().map(|p| ("hot ttfb ms", p));
+        let latency = self.live_latency_ms.as_ref().map(|p| ("latency ms", p));
+        let listed = self.listed_to_last_byte_ms.as_ref().map(|p| ("listed-end ms", p));
         for (name, p) in
             [("ttfb ms", &self.ttfb_ms), ("segment ms", &self.segment_ms), ("play delay ms", &self.play_delay_ms)]
                 .into_iter()
                 .chain(hot)
+                .chain(latency)
+                .chain(listed)
         {
             let _ = writeln!(o, "{name:<14}{:>10.1}{:>10.1}{:>10.1}{:>10.1}{:>9}", p.p50, p.p90, p.p99, p.max, p.count);
+        }
+        if s.live_url.is_some() {
+            let _ = writeln!(
+                o,
+                "live         {} segments ({} to {} a viewer)  {} skipped  {} playlist requests",
+                self.requests,
+                self.viewer_segments_min.unwrap_or_default(),
+                self.viewer_segments_max.unwrap_or_default(),
+                self.skipped_segments,
+                self.playlist_requests
+            );
         }
         let _ = writeln!(
             o,

@@ -5,7 +5,8 @@
 //! arrives belongs to the current response; a byte past its end is a protocol error.
 //! What counts as the right answer is fixed up front by `Expect`: `206` with the
 //! exact `Content-Range` and `Content-Length` for a segment, `200` with a
-//! `Content-Length` for a `HEAD` that discovers a title's size.
+//! `Content-Length` for a `HEAD` that discovers a title's size, `200` with a
+//! `Content-Length` and its body for a whole resource (a live playlist or segment).
 
 /// Longest response head accepted (status line and fields).
 const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -19,6 +20,8 @@ pub enum Expect {
     Range { first: u64, last: u64 },
     /// `200` to a `HEAD`: no body, and the size is in `Content-Length`.
     Head,
+    /// `200` to a `GET` of a whole resource, its length in `Content-Length`.
+    Whole,
 }
 
 /// Why a response was not what was expected.
@@ -145,7 +148,7 @@ impl ResponseReader {
         self.head = Some(head);
         self.body_left = match expect {
             Expect::Head => 0, // the size is announced; no body follows
-            Expect::Range { .. } => head.content_length,
+            Expect::Range { .. } | Expect::Whole => head.content_length,
         };
         Ok(Some(len - previously))
     }
@@ -180,6 +183,13 @@ fn interpret(resp: &httparse::Response<'_, '_>, expect: Expect) -> Result<Head, 
             let size = content_length.ok_or(ResponseError::Protocol("no Content-Length in the HEAD response"))?;
             // A HEAD response announces the size but carries no body.
             Ok(Head { status, content_length: size, close })
+        }
+        Expect::Whole => {
+            if status != 200 {
+                return Err(ResponseError::Status(status));
+            }
+            let len = content_length.ok_or(ResponseError::Protocol("no Content-Length"))?;
+            Ok(Head { status, content_length: len, close })
         }
         Expect::Range { first, last } => {
             if status != 206 {
@@ -284,6 +294,17 @@ mod tests {
         assert_eq!(n, 6);
         assert_eq!(r.body_left(), 4);
         assert!(!r.head().unwrap().close);
+    }
+
+    #[test]
+    fn a_whole_resource_is_a_200_with_its_body() {
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        let (r, body) = read_all(&[&ok[..20], &ok[20..]], Expect::Whole);
+        assert_eq!((r, body.as_slice()), (Ok(Progress::Done), &b"hello"[..]));
+        let partial = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/9\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(read_all(&[partial], Expect::Whole).0, Err(ResponseError::Status(206)));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+        assert!(matches!(read_all(&[chunked], Expect::Whole).0, Err(ResponseError::Protocol(_))));
     }
 
     #[test]

@@ -23,6 +23,8 @@ use super::response::{Expect, ResponseError, ResponseReader};
 use super::stats::{ErrorKind, Live, WorkerStats};
 use super::tls::with_resumption;
 
+mod live;
+
 /// A worker's state, shared by its sessions (all on the worker's thread).
 pub(crate) struct WorkerCtx {
     pub plan: Arc<Plan>,
@@ -56,17 +58,20 @@ impl WorkerCtx {
         self.live.add_error();
     }
 
+    /// Counts `n` body bytes of a segment.
+    fn count_body(&self, n: u64) {
+        let mut stats = self.stats.borrow_mut();
+        stats.body_bytes += n;
+        let since = self.plan.since_start(Instant::now());
+        stats.bucket(since).bytes += n;
+        self.live.add_bytes(n);
+    }
+
     /// Counts body bytes and, under `--verify`, compares them with the file.
     /// Returns `false` if they differ (or the file cannot be read).
     fn take_body(&self, title: usize, offset: u64, body: &[u8], scratch: &mut [u8]) -> bool {
         let n = body.len() as u64;
-        {
-            let mut stats = self.stats.borrow_mut();
-            stats.body_bytes += n;
-            let since = self.plan.since_start(Instant::now());
-            stats.bucket(since).bytes += n;
-        }
-        self.live.add_bytes(n);
+        self.count_body(n);
         let Some(path) = &self.plan.catalogue.titles[title].local else { return true };
         let mut files = self.verify_files.borrow_mut();
         let file = match &mut files[title] {
@@ -89,6 +94,24 @@ impl WorkerCtx {
         self.stats.borrow_mut().verified_bytes += n;
         true
     }
+}
+
+/// What a request is for.
+struct Request<'a> {
+    origin: usize,
+    expect: Expect,
+    /// The URL (and range) it fetches, for error messages.
+    label: &'a str,
+    /// Offset in its file of the first body byte (for `--verify` messages).
+    offset: u64,
+}
+
+/// When a request began (its connection included), its first response byte
+/// arrived, and its last.
+struct Timing {
+    began: Instant,
+    first_byte: Instant,
+    done: Instant,
 }
 
 /// How a fetch ended, other than with the segment.
@@ -133,6 +156,10 @@ pub(crate) async fn run(ctx: Rc<WorkerCtx>, id: u32) {
         reader: ResponseReader::default(),
         request: Vec::with_capacity(256),
     };
+    if plan.live.is_some() {
+        s.watch_live().await;
+        return;
+    }
     while Instant::now() < plan.end {
         s.play().await;
     }
@@ -143,7 +170,7 @@ impl Session {
     /// ends. Records the play's QoE.
     async fn play(&mut self) {
         let plan = self.ctx.plan.clone();
-        let title = plan.zipf.sample(&mut self.rng);
+        let title = plan.zipf.as_ref().expect("a run of titles has a popularity model").sample(&mut self.rng);
         let segments = plan.segments_of(title);
         let paced = plan.paced();
         let mut playback =
@@ -159,24 +186,11 @@ impl Session {
             match self.fetch(title, i).await {
                 Ok(arrived) => {
                     let at = plan.since_start(arrived);
-                    let mut stats = self.ctx.stats.borrow_mut();
-                    stats.retried_segments += u64::from(failures > 0);
-                    stats.max_segment_attempts = stats.max_segment_attempts.max(u64::from(failures) + 1);
-                    failures = 0;
-                    if let Some(late) = playback.arrived(at, paced) {
-                        stats.bucket(at).rebuffers += 1;
-                        stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
-                    }
+                    let late = playback.arrived(at, paced);
+                    self.segment_arrived(at, late, &mut failures);
                 }
                 Err(Stop::Ended) => break,
-                Err(Stop::Failed) => {
-                    // A player retries the same segment; back off so a refusing
-                    // server is not hammered (100 ms doubling up to 2 s).
-                    self.conn = None;
-                    let wait = Duration::from_millis(100 << failures.min(5)).min(Duration::from_secs(2));
-                    failures += 1;
-                    sleep_until((Instant::now() + wait).min(plan.end).into()).await;
-                }
+                Err(Stop::Failed) => self.back_off(&mut failures, plan.end).await,
             }
         }
         if failures > 0 {
@@ -189,6 +203,34 @@ impl Session {
                 sleep_until(plan.at(end).min(plan.end).into()).await;
             }
         }
+        self.end_play(playback, paced);
+    }
+
+    /// Counts a segment that arrived at `at` (an offset into the run) after
+    /// `failures` failed attempts (reset to 0), `late` if it caused a rebuffer.
+    fn segment_arrived(&self, at: Duration, late: Option<Duration>, failures: &mut u32) {
+        let mut stats = self.ctx.stats.borrow_mut();
+        stats.retried_segments += u64::from(*failures > 0);
+        stats.max_segment_attempts = stats.max_segment_attempts.max(u64::from(*failures) + 1);
+        *failures = 0;
+        if let Some(late) = late {
+            stats.bucket(at).rebuffers += 1;
+            stats.spread(at.saturating_sub(late), at, |b| &mut b.stalled_s);
+        }
+    }
+
+    /// After a failed request: a player retries the same segment; back off so a
+    /// refusing server is not hammered (100 ms doubling up to 2 s), not past `until`.
+    async fn back_off(&mut self, failures: &mut u32, until: Instant) {
+        self.conn = None;
+        let wait = Duration::from_millis(100 << (*failures).min(5)).min(Duration::from_secs(2));
+        *failures += 1;
+        sleep_until((Instant::now() + wait).min(until).into()).await;
+    }
+
+    /// Ends a play now (at the latest at the run's end) and adds its QoE to the totals.
+    fn end_play(&self, playback: Playback, paced: bool) {
+        let plan = &self.ctx.plan;
         let now = plan.since_start(Instant::now().min(plan.end));
         let out = playback.finish(now, paced);
         let mut stats = self.ctx.stats.borrow_mut();
@@ -223,17 +265,56 @@ impl Session {
         self.request.clear();
         self.request.extend_from_slice(&t.request_prefix);
         self.request.extend_from_slice(format!("{first}-{last}\r\n\r\n").as_bytes());
+        let what = Request {
+            origin: t.origin,
+            expect: Expect::Range { first, last },
+            label: &format!("{} bytes {first}-{last}", t.url),
+            offset: first,
+        };
+        let mut received = 0u64;
+        let timing = self
+            .request(what, &mut |body, scratch| {
+                let ok = ctx.take_body(title, first + received, body, scratch);
+                received += body.len() as u64;
+                ok
+            })
+            .await?;
+        self.record_segment(title < plan.hot_titles, &timing);
+        Ok(timing.done)
+    }
 
+    /// Counts a segment that arrived.
+    fn record_segment(&self, hot: bool, t: &Timing) {
+        let plan = &self.ctx.plan;
+        let mut stats = self.ctx.stats.borrow_mut();
+        stats.requests += 1;
+        stats.bucket(plan.since_start(t.done)).requests += 1;
+        stats.record_ttfb(hot, t.first_byte - t.began, plan.since_start(t.done));
+        WorkerStats::record(&mut stats.segment_usecs, t.done - t.began);
+        self.ctx.live.add_request();
+    }
+
+    /// Sends `self.request` to origin `what.origin` on the session's connection
+    /// (opened first if there is none to that origin) and reads the response, its
+    /// body to `on_body`. A failure is counted as an error of its kind.
+    async fn request(
+        &mut self,
+        what: Request<'_>,
+        on_body: &mut dyn FnMut(&[u8], &mut [u8]) -> bool,
+    ) -> Result<Timing, Stop> {
+        let ctx = self.ctx.clone();
+        let plan = &ctx.plan;
+        let label = what.label;
         let began = Instant::now();
         let mut retried = false;
         loop {
-            let reused = matches!(&self.conn, Some((o, _)) if *o == t.origin);
+            let reused = matches!(&self.conn, Some((o, _)) if *o == what.origin);
             if !reused {
                 self.conn = None;
-                let origin = &plan.catalogue.origins[t.origin];
+                let origin = &plan.catalogue.origins[what.origin];
                 let limit = (Instant::now() + plan.connect_timeout).min(plan.end);
                 ctx.stats.borrow_mut().connections += 1;
-                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[t.origin].as_ref())).await {
+                match timeout_at(limit.into(), Conn::open(origin.addr, self.tls[what.origin].as_ref())).await {
                     Ok(Ok(c)) => {
                         let mut stats = ctx.stats.borrow_mut();
                         match c.resumed() {
@@ -241,7 +322,7 @@ impl Session {
                             Some(false) => stats.handshakes_full += 1,
                             None => {}
                         }
-                        self.conn = Some((t.origin, c));
+                        self.conn = Some((what.origin, c));
                     }
                     Ok(Err(e)) => {
                         if let ConnectError::Io(io) = &e {
@@ -258,20 +339,19 @@ impl Session {
             }
             let (_, conn) = self.conn.as_mut().expect("connected above");
             let deadline = (began + plan.request_timeout).min(plan.end);
-            self.reader.start(Expect::Range { first, last });
+            self.reader.start(what.expect);
             let mut first_byte = None;
             let mut received = 0u64;
             let result = timeout_at(
                 deadline.into(),
                 exchange(conn, &self.request, &mut self.reader, &ctx.bufs, &mut first_byte, &mut |body, scratch| {
-                    let ok = ctx.take_body(title, first + received, body, scratch);
-                    received += body.len() as u64;
+                    let ok = on_body(body, scratch);
+                    received += u64::from(ok) * body.len() as u64;
                     ok
                 }),
             )
             .await;
             let now = Instant::now();
-            let url = &t.url;
             if let Ok(Err(ExchangeError::Io(e))) = &result {
                 count_reset(&ctx, e);
             }
@@ -280,22 +360,12 @@ impl Session {
                     if head.close || plan.connection_per_request {
                         self.conn = None;
                     }
-                    let mut stats = ctx.stats.borrow_mut();
-                    stats.requests += 1;
-                    stats.bucket(plan.since_start(now)).requests += 1;
-                    stats.record_ttfb(
-                        title < plan.hot_titles,
-                        first_byte.unwrap_or(now) - began,
-                        plan.since_start(now),
-                    );
-                    WorkerStats::record(&mut stats.segment_usecs, now - began);
-                    ctx.live.add_request();
-                    return Ok(now);
+                    return Ok(Timing { began, first_byte: first_byte.unwrap_or(now), done: now });
                 }
                 Err(_) if now >= plan.end => return Err(Stop::Ended),
                 Err(_) => {
                     let d = plan.request_timeout;
-                    (ErrorKind::Timeout, format!("{url} bytes {first}-{last}: no complete response within {d:?}"))
+                    (ErrorKind::Timeout, format!("{label}: no complete response within {d:?}"))
                 }
                 // The server closed a kept-alive connection before our request
                 // reached it (its idle timeout): a real client retries once.
@@ -317,13 +387,13 @@ impl Session {
                         ExchangeError::Response(ResponseError::Protocol(_)) => ErrorKind::Protocol,
                         ExchangeError::Rejected => ErrorKind::Verify,
                     };
-                    let what = match kind {
+                    let detail = match kind {
                         ErrorKind::Verify => {
-                            format!("body differs from the file at or after offset {}", first + received)
+                            format!("body differs from the file at or after offset {}", what.offset + received)
                         }
                         _ => e.to_string(),
                     };
-                    (kind, format!("{url} bytes {first}-{last}: {what}"))
+                    (kind, format!("{label}: {detail}"))
                 }
             };
             self.conn = None;

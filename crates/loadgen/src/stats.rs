@@ -27,11 +27,14 @@ pub(crate) enum ErrorKind {
     Protocol,
     /// Body bytes differ from the file under `--verify DIR`.
     Verify,
+    /// A live playlist that is not a usable media playlist, or lists a segment on
+    /// another origin (`--live`).
+    Playlist,
 }
 
-pub(crate) const ERROR_KINDS: usize = 7;
+pub(crate) const ERROR_KINDS: usize = 8;
 pub(crate) const ERROR_NAMES: [&str; ERROR_KINDS] =
-    ["connect", "timeout", "status", "short_body", "closed", "protocol", "verify"];
+    ["connect", "timeout", "status", "short_body", "closed", "protocol", "verify", "playlist"];
 
 /// Histogram range: 1 µs to one hour, 3 significant digits.
 const HIST_MAX_USECS: u64 = 3_600_000_000;
@@ -69,6 +72,17 @@ pub(crate) struct WorkerStats {
     pub hot_ttfb_usecs: Histogram<u64>,
     pub segment_usecs: Histogram<u64>,
     pub play_delay_usecs: Histogram<u64>,
+    /// Live: from a segment's `EXT-X-PROGRAM-DATE-TIME` to its last byte.
+    pub live_latency_usecs: Histogram<u64>,
+    /// Live: from the arrival of the first playlist that listed a segment to the
+    /// segment's last byte.
+    pub listed_usecs: Histogram<u64>,
+    /// Live: playlist requests, answered or not.
+    pub playlist_requests: u64,
+    /// Live: segments that left the playlist before the viewer fetched them.
+    pub skipped_segments: u64,
+    /// Live: the fewest and most segments one viewer fetched (`None`: no viewer yet).
+    pub viewer_segments: Option<(u64, u64)>,
     pub requests: u64,
     pub body_bytes: u64,
     pub verified_bytes: u64,
@@ -111,6 +125,11 @@ impl WorkerStats {
             hot_ttfb_usecs: histogram(),
             segment_usecs: histogram(),
             play_delay_usecs: histogram(),
+            live_latency_usecs: histogram(),
+            listed_usecs: histogram(),
+            playlist_requests: 0,
+            skipped_segments: 0,
+            viewer_segments: None,
             requests: 0,
             body_bytes: 0,
             verified_bytes: 0,
@@ -153,6 +172,11 @@ impl WorkerStats {
         }
     }
 
+    /// A live viewer fetched `n` segments in all.
+    pub(crate) fn count_viewer_segments(&mut self, n: u64) {
+        self.viewer_segments = Some(self.viewer_segments.map_or((n, n), |(lo, hi)| (lo.min(n), hi.max(n))));
+    }
+
     pub(crate) fn record(hist: &mut Histogram<u64>, d: Duration) {
         hist.saturating_record((d.as_micros() as u64).clamp(1, HIST_MAX_USECS));
     }
@@ -175,6 +199,14 @@ impl WorkerStats {
         self.hot_ttfb_usecs.add(&other.hot_ttfb_usecs).expect("same bounds");
         self.segment_usecs.add(&other.segment_usecs).expect("same bounds");
         self.play_delay_usecs.add(&other.play_delay_usecs).expect("same bounds");
+        self.live_latency_usecs.add(&other.live_latency_usecs).expect("same bounds");
+        self.listed_usecs.add(&other.listed_usecs).expect("same bounds");
+        self.playlist_requests += other.playlist_requests;
+        self.skipped_segments += other.skipped_segments;
+        if let Some((lo, hi)) = other.viewer_segments {
+            self.count_viewer_segments(lo);
+            self.count_viewer_segments(hi);
+        }
         self.requests += other.requests;
         self.body_bytes += other.body_bytes;
         self.verified_bytes += other.verified_bytes;
@@ -269,6 +301,10 @@ mod tests {
         (b.handshakes_full, b.handshakes_resumed) = (2, 8);
         (a.retried_segments, a.unrecovered_segments, a.max_segment_attempts) = (1, 0, 3);
         (b.retried_segments, b.unrecovered_segments, b.max_segment_attempts) = (2, 1, 2);
+        (a.playlist_requests, b.playlist_requests, b.skipped_segments) = (3, 4, 1);
+        a.count_viewer_segments(7);
+        b.count_viewer_segments(9);
+        b.count_viewer_segments(5);
         b.errors[ErrorKind::Timeout as usize] = 3;
         b.bucket(Duration::from_secs(2)).bytes = 7;
         a.bucket(Duration::from_millis(500)).bytes = 5;
@@ -277,6 +313,7 @@ mod tests {
         assert_eq!(a.errors[ErrorKind::Timeout as usize], 5);
         assert_eq!((a.handshakes_full, a.handshakes_resumed), (3, 12));
         assert_eq!((a.retried_segments, a.unrecovered_segments, a.max_segment_attempts), (3, 1, 3));
+        assert_eq!((a.playlist_requests, a.skipped_segments, a.viewer_segments), (7, 1, Some((5, 9))));
         assert_eq!(a.timeline.len(), 3);
         assert_eq!(a.timeline[0].bytes, 5);
         assert_eq!(a.timeline[2].bytes, 7);
