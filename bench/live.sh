@@ -111,18 +111,19 @@ require_tools nginx ffmpeg curl python3 ip tc
 
 # Debian's packages, when a server needs one. Their services are not for this
 # benchmark: stopped and disabled right after the install.
-install_pkgs() { # COMMAND PACKAGE...
+install_pkgs() { # COMMAND "SERVICE..." PACKAGE...: the packages, unless COMMAND is there
     command -v "$1" >/dev/null && return 0
-    echo "live: installing ${*:2} (apt-get)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${@:2}" >&2 ||
-        { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${@:2}" >&2; } ||
-        { echo "live: cannot install ${*:2}" >&2; exit 1; }
-    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-        systemctl disable --now "$(basename "$1" | sed 's/^traffic_server$/trafficserver/; s/^varnishd$/varnish/')" >&2 || true
+    echo "live: installing ${*:3} (apt-get)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${@:3}" >&2 ||
+        { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${@:3}" >&2; } ||
+        { echo "live: cannot install ${*:3}" >&2; exit 1; }
+    if [ -d /run/systemd/system ]; then
+        # shellcheck disable=SC2086 # the services, one word each
+        systemctl disable --now $2 >&2 || true
     fi
 }
-has "$servers" ats && install_pkgs traffic_server trafficserver trafficserver-experimental-plugins
-has "$servers" varnish && install_pkgs varnishd varnish
+has "$servers" ats && install_pkgs traffic_server trafficserver trafficserver trafficserver-experimental-plugins
+has "$servers" varnish && install_pkgs varnishd "varnish varnishncsa" varnish
 ! has "$servers" linerate || build_linerate
 ensure_toxiproxy
 
