@@ -328,14 +328,5 @@ for round in $(seq 1 "$rounds"); do
 done
 kill -0 "$LIVE_FFMPEG_PID" 2>/dev/null || { echo "the encoder stopped during the runs:" >&2; tail -5 "$work/ffmpeg.log" >&2; failed=1; }
 
-mkdir -p "$(dirname "$out")"
-{
-    cat "$work/setup"
-    print_results "$work/results" "$rounds" 1 \
-        "server|origin req/segment|origin playlist req/s|origin bytes/segment byte|delay p50 s|delay p99 s|TTFB p99 ms|stale playlists|rebuffers|errors|Gb/s|server CPU-s|CPU-s/GB|peak RSS MB" \
-        "$out.json"
-} > "$out.md"
-tail -n +4 "$out.md"
-echo
-echo "written: $out.md $out.json"
-[ "$failed" = 0 ] || { echo "some runs failed (see above)" >&2; exit 1; }
+write_results "$out" "$work/results" "$rounds" 1 \
+    "server|origin req/segment|origin playlist req/s|origin bytes/segment byte|delay p50 s|delay p99 s|TTFB p99 ms|stale playlists|rebuffers|errors|Gb/s|server CPU-s|CPU-s/GB|peak RSS MB"
