@@ -52,20 +52,7 @@ live_origin_up() {
 
 live_published() { grep -c '^seg' "$LIVE_DIR/stream.m3u8" 2>/dev/null || echo 0; }
 
-live_linerate_conf() {
-    cat <<TOML
-root = "$1"
-
-[[origin]]
-prefix = "/live/"
-urls = ["${ORIGIN_URL}live/"]
-
-[cache]
-[[cache.dirs]]
-path = "$2"
-max_size_bytes = 500_000_000
-TOML
-}
+live_linerate_conf() { origin_linerate_conf "$1" /live/ "${ORIGIN_URL}live/" "$2" 500_000_000; }
 
 live_segment_counts() {
     awk -F'\t' -v s="${1:-0}" '$1 >= s && $2 ~ /\/live\/seg[0-9]+\.ts / { split($2, r, " "); n[r[2]]++ }
