@@ -237,14 +237,5 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
-mkdir -p "$(dirname "$out")"
-{
-    cat "$work/setup"
-    print_results "$results" "$rounds" 3 \
-        "protocol|load|server|Gb/s|play delay p50 ms|play delay p99 ms|hot TTFB p99 ms|TTFB p99 ms|rebuffer ratio|errors|page-cache hit ratio|disk read MB/s|machine busy %|served MB|disk read MB" \
-        "$out.json"
-} > "$out.md"
-tail -n +4 "$out.md"
-echo
-echo "written: $out.md $out.json"
-[ "$failed" = 0 ] || { echo "some runs failed (see above)" >&2; exit 1; }
+write_results "$out" "$results" "$rounds" 3 \
+    "protocol|load|server|Gb/s|play delay p50 ms|play delay p99 ms|hot TTFB p99 ms|TTFB p99 ms|rebuffer ratio|errors|page-cache hit ratio|disk read MB/s|machine busy %|served MB|disk read MB"

@@ -360,6 +360,22 @@ if len(sys.argv) > 5:
 PY
 }
 
+# write_results OUT RESULTS ROUNDS KEYS HEADER: OUT.md, $work/setup then
+# print_results's tables of RESULTS (OUT.json beside it); prints the tables and where
+# they went, and exits 1 when `failed` is not 0.
+write_results() {
+    local out=$1
+    mkdir -p "$(dirname "$out")"
+    {
+        cat "$work/setup"
+        print_results "$2" "$3" "$4" "$5" "$out.json"
+    } > "$out.md"
+    tail -n +"$(( $(wc -l < "$work/setup") + 1 ))" "$out.md"
+    echo
+    echo "written: $out.md $out.json"
+    [ "${failed:-0}" = 0 ] || { echo "some runs failed (see above)" >&2; exit 1; }
+}
+
 # bench_checks JSON QUICK: prints the errors by kind of a `linerate bench` run's JSON;
 # fails on the ones that mean a broken server or set-up (connect, status, protocol,
 # verify; with QUICK=1, a light smoke load, any error) or a run that served nothing.

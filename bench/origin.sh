@@ -234,20 +234,7 @@ start_cached() {
 
 # linerate_conf SLICE_BYTES CACHE_BYTES: linerate's configuration (config/origin.rs).
 linerate_conf() {
-    cat <<EOF
-root = "$work/empty"
-
-[[origin]]
-prefix = "/"
-urls = ["$ORIGIN_URL"]
-
-[cache]
-slice_bytes = $1
-
-[[cache.dirs]]
-path = "$work/cache-linerate"
-max_size_bytes = $2
-EOF
+    origin_linerate_conf "$work/empty" / "$ORIGIN_URL" "$work/cache-linerate" "$2" "slice_bytes = $1"
     [ -z "$access_log" ] || printf '\n[access_log]\npath = "%s"\n' "$work/linerate-access.json"
 }
 

@@ -76,6 +76,9 @@
 #   origin_settle [SECONDS]       waits (default up to 10 s) until nginx has no
 #                                 request in flight
 #
+# origin_linerate_conf ROOT PREFIX URL CACHE_DIR MAX_BYTES [CACHE_KEYS] prints a linerate
+# configuration with the pull-through cache in front of URL (see the function).
+#
 # origin_down removes everything origin_up made: processes (all in the namespace,
 # and Toxiproxy), the namespace (its veth and qdiscs go with it) and the scratch
 # directory; ORIGIN_KEEP=DIR keeps the logs and configurations there first. It is
@@ -502,6 +505,16 @@ origin_ranges() {
     awk -F'\t' -v p="$1" '{ split($2, r, " "); u = r[2]; sub(/\?.*/, "", u) } u == p { print $5 }' "$ORIGIN_LOG"
 }
 origin_log_clear() { : > "$ORIGIN_LOG"; }
+
+# origin_linerate_conf ROOT PREFIX URL CACHE_DIR MAX_BYTES [CACHE_KEYS]: a linerate
+# configuration (config/origin.rs) serving ROOT, with one `[[origin]]` table (PREFIX
+# fetched from URL) and one cache directory of MAX_BYTES; CACHE_KEYS, if given, are
+# more lines of its `[cache]` table (`slice_bytes = 4194304`).
+origin_linerate_conf() {
+    printf 'root = "%s"\n\n[[origin]]\nprefix = "%s"\nurls = ["%s"]\n\n[cache]\n' "$1" "$2" "$3"
+    [ -z "${6:-}" ] || printf '%s\n\n' "$6"
+    printf '[[cache.dirs]]\npath = "%s"\nmax_size_bytes = %s\n' "$4" "$5"
+}
 
 origin_settle() {
     local i n deadline=$(( ${1:-10} * 20 ))

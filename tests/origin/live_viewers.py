@@ -15,9 +15,13 @@ asked for (its last segment's number: how far behind the live edge it was).
 Prints one JSON object: requests, errors and byte mismatches; each viewer's gaps (a
 segment skipped between two it fetched); segment delay (from the segment's file
 appearing at the origin, its mtime, to its last byte at the viewer; the three a
-viewer starts with left out) p50/p99/max;
-playlist lag in segments (newest on disk minus newest received) max and its count
-above one. Every wait is bounded by --duration plus a 10 s timeout per request.
+viewer starts with left out) p50/p99/max; segment time to first byte (from the
+request's last byte sent to the response's status line) p50/p99/max; rebuffers, as a
+player would have them: it starts playing once the three segments it joins with
+have arrived, and a rebuffer is a later segment whose last byte arrives after the
+moment its playback should have started (playback then waits for it; their total
+wait is stall_s); playlist lag in segments (newest on disk minus newest received)
+max and its count above one. Every wait is bounded by --duration plus a 10 s timeout per request.
 """
 
 import argparse
@@ -39,6 +43,7 @@ class Conn:
     def __init__(self, host, port):
         self.host, self.port = host, port
         self.reader = self.writer = None
+        self.ttfb = None
 
     async def get(self, path):
         """(status, body) of a GET; reconnects once if a kept-alive connection was
@@ -51,16 +56,19 @@ class Conn:
                 self.writer.write(
                     ("GET %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: live-viewers\r\n\r\n" % (path, self.host, self.port)).encode()
                 )
-                return await self._response()
+                await self.writer.drain()
+                sent = time.time()
+                return await self._response(sent)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 self.close()
                 if fresh or attempt:
                     raise Failure("%s: %s" % (path, e or type(e).__name__))
 
-    async def _response(self):
+    async def _response(self, sent):
         line = await self.reader.readline()
         if not line:
             raise ConnectionResetError("closed before the status line")
+        self.ttfb = time.time() - sent
         status = int(line.split()[1])
         length, chunked, close = None, False, False
         while True:
@@ -101,17 +109,20 @@ class Conn:
 
 
 def parse_playlist(text):
-    """(target duration s, [(sequence number, uri)])"""
-    target, seq, out = 2.0, 0, []
+    """(target duration s, [(sequence number, uri, duration s)])"""
+    target, seq, out, dur = 2.0, 0, [], None
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("#EXT-X-TARGETDURATION:"):
             target = float(line.split(":", 1)[1])
         elif line.startswith("#EXT-X-MEDIA-SEQUENCE:"):
             seq = int(line.split(":", 1)[1])
+        elif line.startswith("#EXTINF:"):
+            dur = float(line.split(":", 1)[1].split(",")[0])
         elif line and not line.startswith("#"):
-            out.append((seq, line))
+            out.append((seq, line, target if dur is None else dur))
             seq += 1
+            dur = None
     return target, out
 
 
@@ -129,6 +140,9 @@ class Totals:
         self.playlist_requests = self.segment_requests = self.errors = 0
         self.mismatches = self.verified = self.gaps = self.segment_bytes = 0
         self.delays = []
+        self.ttfbs = []
+        self.rebuffers = 0
+        self.stall_s = 0.0
         self.lags = []
         self.first_error = None
         self.viewers_with_segments = 0
@@ -146,6 +160,7 @@ async def viewer(url, root, end, totals, start_at):
     playlist_name = os.path.basename(u.path)
     last = None
     got_any = False
+    due = None  # when the next segment's playback should start
     try:
         while time.time() < end:
             on_disk = newest_on_disk(root, playlist_name)
@@ -173,7 +188,7 @@ async def viewer(url, root, end, totals, start_at):
                 new = new[-3:]
             elif new and new[0][0] > last + 1:
                 totals.gaps += new[0][0] - last - 1
-            for seq, uri in new:
+            for i, (seq, uri, dur) in enumerate(new):
                 if time.time() >= end:
                     break
                 path = urlsplit(urljoin(url, uri)).path
@@ -185,10 +200,22 @@ async def viewer(url, root, end, totals, start_at):
                     break
                 done = time.time()
                 totals.segment_requests += 1
+                totals.ttfbs.append(conn.ttfb)
                 if status != 200:
                     totals.error("%s: status %d" % (path, status))
                     break
                 totals.segment_bytes += len(data)
+                if joining:
+                    if i == len(new) - 1:  # the player starts with all three
+                        due = done + sum(d for _, _, d in new)
+                elif due is None:
+                    due = done + dur
+                elif done > due:
+                    totals.rebuffers += 1
+                    totals.stall_s += done - due
+                    due = done + dur
+                else:
+                    due += dur
                 file = os.path.join(root, os.path.basename(path))
                 try:
                     with open(file, "rb") as f:
@@ -249,6 +276,9 @@ async def main():
         "gaps": totals.gaps,
         "errors": totals.errors,
         "first_error": totals.first_error,
+        "segment_ttfb_s": {"p50": r(pct(totals.ttfbs, 50)), "p99": r(pct(totals.ttfbs, 99)), "max": r(max(totals.ttfbs, default=None))},
+        "rebuffers": totals.rebuffers,
+        "stall_s": round(totals.stall_s, 3),
         "segment_delay_s": {"p50": r(pct(totals.delays, 50)), "p99": r(pct(totals.delays, 99)), "max": r(max(totals.delays, default=None))},
         "playlist_lag_segments": {"max": max(totals.lags, default=None), "above_1": sum(1 for x in totals.lags if x > 1)},
     }))
