@@ -68,7 +68,12 @@
 #       wait for it (the waiting list) and then stream from it. It is a known property
 #       of Varnish, measured as it is: the VCL adds nothing but a TTL of an hour
 #       (the origin sends no Cache-Control) and lets ranges be answered from the
-#       cached object, as Varnish does by default.
+#       cached object, as Varnish does by default. A HEAD on a miss is a GET of the
+#       whole object too (Varnish caches what it fetched). When the storage is full
+#       of objects still being fetched, a fetch finds no room (varnishstat's
+#       SMF.s0.c_fail counts the failed allocations) and its clients get bodies cut
+#       short; the 503s seen for HEADs at the start of a long-tail run are likely the
+#       same.
 #   threads: thread_pools WORKERS (one per worker, as the others), each of at least
 #       200 and at most 2000 threads: Varnish takes a thread per request being
 #       served, and the flash crowd holds 500 viewers at once.
