@@ -109,7 +109,7 @@
 #          [--hits-sessions N] [--nginx-cache-mib M] [--access-log FILE]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
 #          [--out PATH] [--bin PATH]
-#   defaults: 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
+#   defaults: linerate and nginx, 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
 #             of them), 60 s runs, 500 flash viewers of a 16 MiB title for 30 s, 200
 #             tail viewers started 40 a second, 32 hits sessions, 100,000 restart
 #             slices, the origin at 1gbit (tc's units) and 10 ms each way, 2 workers,
