@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Other caches in front of an origin, for the benchmarks that compare linerate with
 # them (sourced, not run; needs root): Apache Traffic Server 9.2 and Varnish 7.1, the
 # Debian 12 packages, each run as a process of the benchmark's own (never the system
@@ -102,8 +103,8 @@ caches_install() {
 # _cache_wait NAME PORT LOG: waits (up to 30 s) until 127.0.0.1:PORT accepts while
 # cache_pid lives.
 _cache_wait() {
-    local i
-    for i in $(seq 1 300); do
+    local _
+    for _ in $(seq 1 300); do
         kill -0 "$cache_pid" 2>/dev/null || break
         python3 -c "import socket; socket.create_connection(('127.0.0.1', $2), 0.2)" 2>/dev/null && return 0
         sleep 0.1
@@ -118,6 +119,28 @@ _cache_started() {
     if declare -p pids > /dev/null 2>&1; then pids+=("$cache_pid"); fi
 }
 
+# ats_runroot DIR: a runroot file (on stdout) that keeps Traffic Server's
+# configuration (DIR/etc), runtime files, logs and cache in DIR, its programs and
+# plugins where Debian puts them.
+ats_runroot() {
+    local d=$1
+    cat <<EOF
+prefix: /usr
+exec_prefix: /usr
+bindir: /usr/bin
+sbindir: /usr/sbin
+sysconfdir: $d/etc
+datadir: $d/run
+includedir: /usr/include
+libdir: /usr/lib/trafficserver
+libexecdir: /usr/lib/trafficserver/modules
+localstatedir: $d/run
+runtimedir: $d/run
+logdir: $d/log
+cachedir: $d/cache
+EOF
+}
+
 ats_start() {
     local d=$1 port=$2 origin=${3%/} cache=$4 slice=$5 workers=$6 mods=/usr/lib/trafficserver/modules
     [ -e "$mods/slice.so" ] ||
@@ -125,21 +148,7 @@ ats_start() {
     mkdir -p "$d/etc" "$d/log" "$d/run" "$d/cache"
     # ATS's stripes are 128 MiB: a smaller cache would be no cache at all.
     [ "$cache" -ge 134217728 ] || cache=134217728
-    cat > "$d/runroot.yaml" <<EOF
-prefix: /usr
-exec_prefix: /usr
-bindir: /usr/bin
-sbindir: /usr/sbin
-sysconfdir: $d/etc
-datadir: /usr/share/trafficserver
-includedir: /usr/include
-libdir: /usr/lib/trafficserver
-libexecdir: $mods
-localstatedir: $d/run
-runtimedir: $d/run
-logdir: $d/log
-cachedir: $d/cache
-EOF
+    ats_runroot "$d" > "$d/runroot.yaml"
     cat > "$d/etc/records.config" <<EOF
 CONFIG proxy.config.admin.user_id STRING #-1
 CONFIG proxy.config.http.server_ports STRING $port:ipv4:ip-in=127.0.0.1

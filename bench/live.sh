@@ -90,6 +90,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 . tests/origin/lib.sh
 . tests/origin/live.sh
+. bench/caches.sh
 
 servers="linerate nginx ats varnish" viewers=1000 seconds=30 rounds=2 ramp=100 delay_ms=10
 out=target/bench-live bin="" quick=0
@@ -200,18 +201,10 @@ VCL
 # ats_conf DIR PORT: Traffic Server's runroot, configuration and cache in DIR (the
 # header says why each setting).
 ats_conf() {
-    local d=$1 port=$2 k
-    mkdir -p "$d/etc" "$d/run" "$d/log" "$d/data"
+    local d=$1 port=$2
+    mkdir -p "$d/etc" "$d/run" "$d/log" "$d/cache"
     cp -r /etc/trafficserver/. "$d/etc/"
-    {
-        echo "prefix: $d"
-        echo "exec_prefix: /usr"
-        for k in bindir:/usr/bin sbindir:/usr/sbin includedir:/usr/include libdir:/usr/lib/trafficserver \
-            libexecdir:/usr/lib/trafficserver/modules sysconfdir:"$d/etc" datadir:"$d/data" localstatedir:"$d" \
-            runtimedir:"$d/run" logdir:"$d/log" cachedir:"$d/cache"; do
-            echo "${k%%:*}: ${k#*:}"
-        done
-    } > "$d/runroot.yaml"
+    ats_runroot "$d" > "$d/runroot.yaml"
     echo "$d/cache 256M" > "$d/etc/storage.config"
     echo "map http://127.0.0.1:$port/ $ORIGIN_URL" > "$d/etc/remap.config"
     cat > "$d/etc/records.config" <<ATS
