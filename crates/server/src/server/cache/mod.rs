@@ -32,6 +32,7 @@
 //! channels, so a worker never waits on the network to an origin.
 
 mod fill;
+pub(crate) mod gzip;
 pub(crate) mod hold;
 mod key;
 pub(crate) mod live;
@@ -180,6 +181,8 @@ pub(crate) struct Cache {
     pub stats: CacheStats,
     /// Blocking playlist requests (LL-HLS), by table.
     pub holds: Vec<HoldStats>,
+    /// Playlists compressed for viewers that accept gzip (`gzip`).
+    gzipped: gzip::GzipTable,
 }
 
 impl Cache {
@@ -195,6 +198,7 @@ impl Cache {
             live: Mutex::default(),
             live_count: AtomicUsize::new(0),
             stats: CacheStats::default(),
+            gzipped: gzip::GzipTable::default(),
         })
     }
 
