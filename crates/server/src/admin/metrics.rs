@@ -204,6 +204,48 @@ impl Workers {
         gauge(e, "linerate_prefill_state", "1 for what the prefill job is doing, 0 for the others.", &states)
     }
 
+    /// Blocking playlist requests (LL-HLS) held by each table's origin.
+    fn encode_holds(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(cache) = self.0.cache.as_deref() else { return Ok(()) };
+        let labels: Vec<Vec<(&str, String)>> = (0..cache.holds.len())
+            .map(|i| vec![("table", i.to_string()), ("prefix", cache.origins.table(i).prefix.clone())])
+            .collect();
+        let mut m = e.encode_descriptor(
+            "linerate_cache_holds_in_progress",
+            "Blocking playlist requests (_HLS_msn, _HLS_part) held by the origin now.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (l, h) in labels.iter().zip(&cache.holds) {
+            m.encode_family(l)?.encode_gauge(&h.in_progress.load(std::sync::atomic::Ordering::Relaxed))?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_cache_hold_seconds",
+            "Time from a blocking playlist request sent to the origin to its answer (or hold_timeout).",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (l, h) in labels.iter().zip(&cache.holds) {
+            m.encode_family(l)?.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum_us.get() as f64 / 1e6,
+                h.count.get(),
+                &h.buckets(),
+                None,
+            )?;
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_cache_hold_timeouts",
+            "Blocking playlist requests the origin held past hold_timeout: their viewers got 504.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (l, h) in labels.iter().zip(&cache.holds) {
+            m.encode_family(l)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&h.timeouts.get(), None)?;
+        }
+        Ok(())
+    }
+
     /// The pull-through cache's families (see `admin::cache`), when it is on.
     fn encode_cache(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(c) = super::cache::snapshot(&self.0) else { return Ok(()) };
@@ -302,6 +344,7 @@ impl Workers {
         )?;
         self.encode_parents(e, &c.parents)?;
         self.encode_peers(e, &c.peers)?;
+        self.encode_holds(e)?;
         let origin_labels: Vec<Vec<(&str, String)>> = c
             .origins
             .iter()

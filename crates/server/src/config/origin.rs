@@ -30,6 +30,11 @@ pub struct Origin {
     /// From the request sent to the response head received.
     #[serde(default = "default_first_byte_timeout", with = "humantime_serde")]
     pub first_byte_timeout: Duration,
+    /// The first-byte timeout of a blocking playlist request (LL-HLS: one whose
+    /// cache key carries `_HLS_msn` or `_HLS_part`), which the origin holds until
+    /// the playlist has that segment or part. Past it the viewer gets 504.
+    #[serde(default = "default_hold_timeout", with = "humantime_serde")]
+    pub hold_timeout: Duration,
     /// Between two reads of a response body: a stalled origin ends the fill.
     #[serde(default = "default_idle_timeout", with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -100,6 +105,9 @@ fn default_connect_timeout() -> Duration {
 fn default_first_byte_timeout() -> Duration {
     Duration::from_secs(15)
 }
+fn default_hold_timeout() -> Duration {
+    Duration::from_secs(12)
+}
 fn default_idle_timeout() -> Duration {
     Duration::from_secs(15)
 }
@@ -165,6 +173,7 @@ impl Origin {
         for (k, d, lo) in [
             ("connect_timeout", self.connect_timeout, Duration::from_millis(10)),
             ("first_byte_timeout", self.first_byte_timeout, Duration::from_millis(10)),
+            ("hold_timeout", self.hold_timeout, Duration::from_millis(100)),
             ("idle_timeout", self.idle_timeout, Duration::from_millis(10)),
             ("default_ttl", self.default_ttl, Duration::ZERO),
             ("negative_ttl", self.negative_ttl, Duration::ZERO),
@@ -403,6 +412,10 @@ mod tests {
         o.forward_headers = vec!["X-Request-Id".into()];
         o.idle_timeout = Duration::ZERO;
         assert_eq!(o.validate(0).unwrap_err().0, "origin[0].idle_timeout");
+        let mut o = origin("/a/");
+        assert_eq!(o.hold_timeout, Duration::from_secs(12));
+        o.hold_timeout = Duration::from_millis(50);
+        assert_eq!(o.validate(0).unwrap_err(), ("origin[0].hold_timeout".into(), "must be at least 100ms".into()));
         assert_eq!(validate_origins(&[origin("/a/"), origin("/a/")]).unwrap_err().0, "origin[1].prefix");
     }
 

@@ -24,8 +24,10 @@
 //!
 //! **Timeouts**, each the table's: `connect_timeout` covers the TCP connect and
 //! the TLS handshake; `first_byte_timeout` covers sending the request and
-//! receiving the head; `idle_timeout` is the longest wait for the next piece of a
-//! body ([`OriginResponse::chunk`]). A head over [`HEAD_LIMIT_BYTES`] is refused.
+//! receiving the head (`hold_timeout` instead for a blocking LL-HLS request,
+//! [`OriginRequest::hold`], whose timeout does not fail over); `idle_timeout`
+//! is the longest wait for the next piece of a body ([`OriginResponse::chunk`]).
+//! A head over [`HEAD_LIMIT_BYTES`] is refused.
 //!
 //! **Pool.** A connection whose body was read to its end goes back to its URL's
 //! pool (at most the table's `max_idle_connections`, the newest reused first);
@@ -285,6 +287,11 @@ impl Origins {
         })
     }
 
+    /// How many `[[origin]]` tables there are.
+    pub(crate) fn table_count(&self) -> usize {
+        self.tables.len()
+    }
+
     pub(crate) fn table(&self, table: usize) -> &crate::config::Origin {
         &self.tables[table].config
     }
@@ -315,6 +322,7 @@ impl Origins {
             match self.fetch_parents(table, t, key.as_deref().unwrap_or_default(), req).await {
                 Ok(response) => return Ok(response),
                 Err(e @ OriginError::Loop) => return Err(e),
+                Err(e @ OriginError::Timeout(Phase::FirstByte)) if req.hold => return Err(e),
                 Err(_) => {}
             }
         }
@@ -333,7 +341,7 @@ impl Origins {
             };
             url.counters.count_error(&e);
             tracing::debug!(table, url = %url.text, error = %e, "origin request failed");
-            if !e.fails_over() {
+            if !e.fails_over() || (req.hold && matches!(e, OriginError::Timeout(Phase::FirstByte))) {
                 return Err(e);
             }
             last = Some(e);
@@ -344,8 +352,9 @@ impl Origins {
     /// `req` to the parents of table `t`, in the order of its key, skipping
     /// those marked down: the first answer other than a 5xx or a failure to
     /// have one. A parent's 508 (the parents form a loop) is
-    /// [`OriginError::Loop`], which goes no further; any other failure sends the
-    /// caller on to the origin.
+    /// [`OriginError::Loop`], which goes no further, as a blocking request's
+    /// hold timeout does (and the parent is not marked down for it); any other
+    /// failure sends the caller on to the origin.
     async fn fetch_parents(
         &self,
         table: usize,
@@ -372,6 +381,10 @@ impl Origins {
             tracing::debug!(table, parent = %url.text, error = %e, "parent request failed");
             match &e {
                 OriginError::Loop => return Err(e),
+                // A blocking request held past `hold_timeout`: the segment has not
+                // come, which is no fault of the parent, and the next would hold it
+                // as long.
+                OriginError::Timeout(Phase::FirstByte) if req.hold => return Err(e),
                 OriginError::Connect(_) | OriginError::Reset(_) | OriginError::Timeout(_) => {
                     p.mark_down(parent::millis_since(self.started), t.config.parent_down_for, table, &e.to_string());
                 }
@@ -479,7 +492,8 @@ impl Origins {
             // After the signature: a field S3 does not need, left out of it.
             request::add_via(&mut request, req.via.as_deref(), &self.via);
             let sent = Instant::now();
-            let head = tokio::time::timeout(config.first_byte_timeout, async {
+            let wait = if req.hold { config.hold_timeout } else { config.first_byte_timeout };
+            let head = tokio::time::timeout(wait, async {
                 conn.sender.ready().await?;
                 conn.sender.send_request(request).await
             })

@@ -65,6 +65,11 @@ pub(crate) struct OriginRequest {
     /// `Cache-Control: only-if-cached` (RFC 9111 section 5.2.1.7): a peer answers
     /// from its store or with 504, never by asking onwards.
     pub only_if_cached: bool,
+    /// A blocking request (LL-HLS `_HLS_msn`, `_HLS_part`), which the origin
+    /// holds until it can answer: the table's `hold_timeout` replaces its
+    /// `first_byte_timeout`, and a timeout does not move on to the next URL (the
+    /// next would hold it as long).
+    pub hold: bool,
 }
 
 /// How the path of a request is percent-encoded.

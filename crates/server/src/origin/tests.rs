@@ -46,6 +46,9 @@ enum Reply {
     Close(Vec<u8>),
     /// Writes these bytes and then neither reads nor writes, nor closes.
     Stall(Vec<u8>),
+    /// Waits, writes these bytes and reads the next request (an origin holding
+    /// a blocking request).
+    Delay(Duration, Vec<u8>),
 }
 
 fn response(head: &str, body: &str) -> Vec<u8> {
@@ -132,6 +135,12 @@ async fn serve(
             Reply::Close(bytes) => {
                 let _ = socket.write_all(&bytes).await;
                 return;
+            }
+            Reply::Delay(wait, bytes) => {
+                tokio::time::sleep(wait).await;
+                if socket.write_all(&bytes).await.is_err() {
+                    return;
+                }
             }
             Reply::Stall(bytes) => {
                 let _ = socket.write_all(&bytes).await;
@@ -256,6 +265,7 @@ async fn the_request_carries_exactly_linerates_fields() {
         via: Some(b"1.1 proxy.example".to_vec()),
         peers: true,
         only_if_cached: false,
+        hold: false,
     };
     let got = fetch(&origins, 0, req).await.unwrap();
     assert_eq!((got.status, got.url, &got.body[..], got.end.is_ok()), (200, 0, &b"ok"[..], true));
@@ -335,6 +345,32 @@ async fn fails_over_on_a_first_byte_timeout() {
     assert!(started.elapsed() >= ms(200));
     assert_eq!(errors(&origins.stats()[0], "timeout"), 1);
     assert_eq!(silent.accepts(), 1);
+}
+
+#[tokio::test]
+async fn a_held_request_waits_hold_timeout_and_does_not_fail_over() {
+    // The origin answers after 400 ms, past first_byte_timeout (200 ms) but
+    // within hold_timeout: a held request gets the answer.
+    let slow = Server::start(|_| Reply::Delay(ms(400), ok("playlist"))).await;
+    let mut t = table("/a/", &[slow.url()]);
+    t.first_byte_timeout = ms(200);
+    t.hold_timeout = ms(1000);
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    let held = OriginRequest { hold: true, ..get("p.m3u8") };
+    let got = fetch(&origins, 0, held).await.unwrap();
+    assert_eq!((got.status, got.body.as_slice()), (200, &b"playlist"[..]));
+    assert!(matches!(fetch(&origins, 0, get("p.m3u8")).await, Err(OriginError::Timeout(Phase::FirstByte))));
+    // Past hold_timeout: a timeout, and the next URL is not asked.
+    let silent = Server::start(|_| Reply::Stall(Vec::new())).await;
+    let fine = Server::start(|_| Reply::Keep(ok("fine"))).await;
+    let mut t = table("/a/", &[silent.url(), fine.url()]);
+    t.hold_timeout = ms(300);
+    let origins = Origins::start(&[t], &[], 1).unwrap();
+    let started = Instant::now();
+    let e = fetch(&origins, 0, OriginRequest { hold: true, ..get("p.m3u8") }).await.err();
+    assert!(matches!(e, Some(OriginError::Timeout(Phase::FirstByte))), "{e:?}");
+    assert!(started.elapsed() >= ms(300));
+    assert_eq!(fine.accepts(), 0);
 }
 
 #[tokio::test]

@@ -5,6 +5,10 @@
 //! names `key_args`, those query arguments in the table's order (`?bitrate=3000`).
 //! Every other argument, such as a signed-URL token already checked at the edge,
 //! is neither in the key nor sent to the origin, so it does not split the cache.
+//!
+//! A key carrying LL-HLS's `_HLS_msn` or `_HLS_part` (the table names them in
+//! `key_args`) is a blocking playlist request: the origin holds it until the
+//! playlist has that segment or part ([`Key::hold`]).
 
 use crate::store::{key_hash, KeyHash};
 
@@ -22,7 +26,14 @@ pub(crate) struct Key {
     /// The viewer request's `Via` field: the origin or parent requests it
     /// causes carry it on, this node's entry appended (not part of the key).
     pub via: Option<Vec<u8>>,
+    /// A blocking playlist request (LL-HLS, RFC 8216bis section 6.2.5.2): its
+    /// key carries `_HLS_msn` or `_HLS_part`, so the origin may hold it up to
+    /// the table's `hold_timeout`.
+    pub hold: bool,
 }
+
+/// The LL-HLS delivery directives that make a playlist request blocking.
+const BLOCKING_ARGS: [&[u8]; 2] = [b"_HLS_msn", b"_HLS_part"];
 
 impl Key {
     /// The key of `path` (normalised, absolute, decoded) whose part after the
@@ -42,8 +53,9 @@ impl Key {
             text.push(b'?');
             text.extend_from_slice(&selected);
         }
+        let hold = BLOCKING_ARGS.iter().any(|name| find_arg(&selected, name).is_some());
         let origin_query = (!selected.is_empty()).then_some(selected);
-        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query, via: None }
+        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query, via: None, hold }
     }
 }
 
@@ -73,6 +85,24 @@ mod tests {
         let plain = Key::new(b"/vod/a.mp4", b"a.mp4", Some(b"token=abc"), &[]);
         assert_eq!((plain.text.as_slice(), plain.origin_query), (&b"/vod/a.mp4"[..], None));
         assert_ne!(plain.hash, k.hash);
+    }
+
+    #[test]
+    fn a_key_carrying_hls_msn_or_part_is_a_hold_and_other_arguments_do_not_split_it() {
+        let args: Vec<String> = ["_HLS_msn", "_HLS_part", "_HLS_skip"].map(String::from).to_vec();
+        let k = Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"token=1&_HLS_part=2&_HLS_msn=41"), &args);
+        assert_eq!(k.text, b"/live/p.m3u8?_HLS_msn=41&_HLS_part=2");
+        assert!(k.hold);
+        let other = Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"_HLS_msn=41&_HLS_part=2&session=9"), &args);
+        assert_eq!(other.hash, k.hash, "an argument not named does not split the key");
+        let next = Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"_HLS_msn=42"), &args);
+        assert!(next.hold);
+        assert_ne!(next.hash, k.hash, "the next msn is another key");
+        let skip = Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"_HLS_skip=YES"), &args);
+        assert!(!skip.hold, "a delta update alone is not held");
+        let plain = Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"_HLS_msn=41"), &[]);
+        assert!(!plain.hold, "not in the key: not sent, not held");
+        assert!(!Key::new(b"/live/p.m3u8", b"p.m3u8", Some(b"_HLS_msnx=1"), &args).hold);
     }
 
     #[test]

@@ -32,6 +32,8 @@
 //! channels, so a worker never waits on the network to an origin.
 
 mod fill;
+pub(crate) mod gzip;
+pub(crate) mod hold;
 mod key;
 pub(crate) mod live;
 mod meta;
@@ -56,9 +58,10 @@ pub(crate) use meta::Uncacheable;
 pub(crate) use pace::Pace;
 pub(crate) use serve::{ServeError, SliceFiles};
 
-use crate::origin::{OriginRequest, Origins};
+use crate::origin::{OriginError, OriginRequest, Origins, Phase};
 use crate::store::{KeyHash, ObjectMeta, Store};
 use fill::slice_bounds;
+use hold::HoldStats;
 use meta::{object_meta, refreshed, same_version, storable};
 
 /// How long a key whose answer could not be stored is passed through without
@@ -176,12 +179,17 @@ pub(crate) struct Cache {
     /// not take its lock.
     live_count: AtomicUsize,
     pub stats: CacheStats,
+    /// Blocking playlist requests (LL-HLS), by table.
+    pub holds: Vec<HoldStats>,
+    /// Playlists compressed for viewers that accept gzip (`gzip`).
+    gzipped: gzip::GzipTable,
 }
 
 impl Cache {
     pub(crate) fn new(origins: Arc<Origins>, store: Arc<Store>) -> Arc<Cache> {
         Arc::new(Cache {
             slice_bytes: store.slice_bytes(),
+            holds: (0..origins.table_count()).map(|_| HoldStats::default()).collect(),
             origins,
             store,
             fills: Mutex::default(),
@@ -190,6 +198,7 @@ impl Cache {
             live: Mutex::default(),
             live_count: AtomicUsize::new(0),
             stats: CacheStats::default(),
+            gzipped: gzip::GzipTable::default(),
         })
     }
 
@@ -382,6 +391,7 @@ impl Cache {
             via: key.via.clone(),
             range: Some((index * s, index * s + s - 1)),
             peers: true,
+            hold: key.hold,
             ..OriginRequest::default()
         };
         if let Some(m) = old.filter(|m| m.status == 200) {
@@ -389,7 +399,14 @@ impl Cache {
             req.if_modified_since = m.last_modified.clone();
         }
         let t = self.origins.table(table);
-        let mut response = match self.origins.fetch(table, &req).await {
+        // A blocking playlist request: held by the origin, timed and counted.
+        let mut hold = key.hold.then(|| self.holds[table].start());
+        let fetched = self.origins.fetch(table, &req).await;
+        if let (Some(h), Err(OriginError::Timeout(Phase::FirstByte))) = (&mut hold, &fetched) {
+            h.timed_out();
+        }
+        drop(hold);
+        let mut response = match fetched {
             Ok(r) => r,
             Err(e) => return self.failed(old, Failure::origin(e)),
         };

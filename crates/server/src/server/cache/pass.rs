@@ -58,6 +58,7 @@ impl Cache {
                 via: key.via.clone(),
                 range,
                 forwarded,
+                hold: key.hold,
                 ..OriginRequest::default()
             };
             let mut response = match cache.origins.fetch(table, &req).await {

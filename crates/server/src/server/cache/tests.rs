@@ -413,3 +413,45 @@ fn a_cut_live_body_ends_the_response_without_the_last_chunk() {
     assert_eq!(String::from_utf8(out).unwrap(), "3\r\nabc\r\n2\r\nde\r\n", "what arrived, and no last chunk");
     assert!(r.is_err());
 }
+
+/// A playlist compressed for a herd asking as it arrives (its slice still being
+/// filled: they wait for the fill, not the store) and once stored: the same
+/// compressed file for all, one origin request, and a segment type never.
+#[test]
+fn a_playlist_is_compressed_once_per_version_while_filling_or_stored() {
+    let body = "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\nseg1.ts\n".repeat(40);
+    let b = body.clone();
+    let origin = TestOrigin::start(move |_, _| {
+        let answer = partial(b.as_bytes(), "ETag: \"p1\"\r\nContent-Type: application/vnd.apple.mpegurl\r\n");
+        let (head, rest) = answer.split_at(200);
+        // The body comes slowly: the herd asks while the slice is filled.
+        vec![Step::Write(head.to_vec()), Step::Sleep(100), Step::Write(rest.to_vec())]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "", dir.path());
+    let k = key("/live/p.m3u8");
+    runtime().block_on(async {
+        let opened = herd(&cache, &k, 1).await;
+        let Opened::Object { meta, .. } = &opened[0] else { panic!("{:?}", opened[0]) };
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let (c, k, m) = (cache.clone(), k.clone(), meta.clone());
+            set.spawn(async move { c.gzipped(&k, &m).await });
+        }
+        let mut files = Vec::new();
+        while let Some(g) = set.join_next().await {
+            files.push(g.unwrap().expect("compressed once the fill ended"));
+        }
+        assert!(files.iter().all(|g| Arc::ptr_eq(g, &files[0])), "one compression for the herd");
+        let g = &files[0];
+        let mut packed = vec![0; g.len as usize];
+        g.file.read_exact_at(&mut packed, 0).unwrap();
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&packed[..]).read_to_end(&mut out).unwrap();
+        assert_eq!(out, body.as_bytes());
+        assert!(g.len < body.len() as u64 / 4);
+        let again = cache.gzipped(&k, meta).await.unwrap();
+        assert!(Arc::ptr_eq(&again, g), "kept for the version");
+        assert_eq!(origin.requests(), 1);
+    });
+}

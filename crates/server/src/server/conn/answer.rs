@@ -11,7 +11,7 @@ use linerate_http::plan::{plan_file, Body, FileInfo};
 use linerate_http::{Method, Status};
 use linerate_urlauth::Verdict;
 
-use super::cached::Source;
+use super::cached::{ObjectSource, Source};
 use super::simple::{finish_head, start_head};
 use super::{Conn, Cut, PATH_BYTES};
 use crate::counters::ErrorKind;
@@ -87,8 +87,10 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 let mut key = Key::new(&self.scratch, rest, target.query, args);
                 let fields = super::cached::raw_fields(
                     &self.buf[self.head_at.0 as usize..self.head_at.1 as usize],
-                    &["Via", "Cache-Control"],
+                    &["Via", "Cache-Control", "Accept-Encoding"],
                 );
+                let gzip_ok =
+                    fields.iter().any(|(n, v)| n == "Accept-Encoding" && crate::server::cache::gzip::accepts_gzip(v));
                 let only_if_cached =
                     fields.iter().any(|(n, v)| n == "Cache-Control" && linerate_http::freshness::only_if_cached(v));
                 key.via = fields.into_iter().find(|(n, _)| n == "Via").map(|(_, v)| v);
@@ -106,7 +108,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 }
                 let key = Arc::new(key);
                 let cache = cache.clone();
-                return self.send_cached(&cache, table, key, keep_alive).await;
+                return self.send_cached(&cache, table, key, keep_alive, gzip_ok).await;
             }
         }
         let lookup = self.worker.files.borrow_mut().open(self.settings, &self.path);
@@ -183,6 +185,15 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         }
         let mut h = start_head(&mut self.head, self.worker, settings, plan.status);
         plan.write_fields(&mut h, info, max_ranges > 0);
+        if let Source::Object(o) = source {
+            // A playlist: compressed for the viewers that accept gzip.
+            if o.vary {
+                h.field("Vary", b"Accept-Encoding");
+            }
+            if o.gzip.is_some() && plan.status == Status::Ok {
+                h.field("Content-Encoding", b"gzip");
+            }
+        }
         if matches!(plan.status, Status::Ok | Status::PartialContent | Status::NotModified) {
             let object = match source {
                 Source::Object(o) => Some(&**o.meta),
@@ -270,6 +281,10 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             Source::Memory(file) => {
                 self.mark_first_byte();
                 Ok(self.io.send_file(file, offset, len).await?)
+            }
+            Source::Object(ObjectSource { gzip: Some(g), .. }) => {
+                self.mark_first_byte();
+                Ok(self.io.send_file(&g.file, offset, len).await?)
             }
             Source::Object(o) => {
                 let worker = self.worker;

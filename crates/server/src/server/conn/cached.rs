@@ -14,6 +14,7 @@ use linerate_http::{date, Method, Status, Version};
 
 use super::simple::{finish_head, start_head};
 use super::{Conn, Cut};
+use crate::server::cache::gzip::{self, Gzipped};
 use crate::server::cache::{live, serve, Cache, CacheStatus, Key, Live, Opened};
 use crate::server::files::OpenFile;
 use crate::server::pagecache::PageCache;
@@ -36,6 +37,20 @@ pub(super) struct ObjectSource<'a> {
     pub meta: &'a Arc<ObjectMeta>,
     /// For `only-if-cached`: every byte of the body must be stored (else 504).
     pub stored_only: bool,
+    /// The compressed representation sent instead of the stored bytes.
+    pub gzip: Option<&'a Gzipped>,
+    /// A playlist: the answer depends on `Accept-Encoding`.
+    pub vary: bool,
+}
+
+/// Who an object's response is for.
+#[derive(Clone, Copy)]
+enum Asker {
+    /// A viewer; `gzip_ok`: its `Accept-Encoding` accepts gzip.
+    Viewer { gzip_ok: bool },
+    /// An `only-if-cached` request (a peer's): every byte of the body must be
+    /// stored (else 504), sent as stored.
+    StoredOnly,
 }
 
 impl<T: Transport, P: PageCache> Conn<'_, T, P> {
@@ -45,6 +60,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         table: usize,
         key: Arc<Key>,
         keep_alive: bool,
+        gzip_ok: bool,
     ) -> Result<(), Cut> {
         let started = Instant::now();
         let opened = cache.open(table, &key, first_wanted(self.req.range())).await;
@@ -65,7 +81,9 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
                 };
                 self.note_cache(guess, started);
                 let sent = match Status::from_code(meta.status) {
-                    Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive, false).await,
+                    Some(Status::Ok) => {
+                        self.send_object(cache, table, &key, &meta, keep_alive, Asker::Viewer { gzip_ok }).await
+                    }
                     Some(s) => Ok(self.send_error(s, keep_alive).await?),
                     None => Ok(self.send_error(Status::BadGateway, keep_alive).await?),
                 };
@@ -137,7 +155,7 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         };
         self.note_cache(CacheStatus::Hit, started);
         let sent = match Status::from_code(meta.status) {
-            Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive, true).await,
+            Some(Status::Ok) => self.send_object(cache, table, &key, &meta, keep_alive, Asker::StoredOnly).await,
             Some(s) => Ok(self.send_error(s, keep_alive).await?),
             None => Ok(self.send_error(Status::BadGateway, keep_alive).await?),
         };
@@ -175,8 +193,12 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
         key: &Arc<Key>,
         meta: &Arc<ObjectMeta>,
         keep_alive: bool,
-        stored_only: bool,
+        asker: Asker,
     ) -> Result<(), Cut> {
+        let (stored_only, gzip_ok) = match asker {
+            Asker::Viewer { gzip_ok } => (false, gzip_ok),
+            Asker::StoredOnly => (true, false),
+        };
         // A response's validators are the origin's; an origin without an ETag gets
         // one made of the object's size and when it was stored (it changes when the
         // object is fetched again).
@@ -195,13 +217,30 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             .as_deref()
             .and_then(|t| std::str::from_utf8(t).ok())
             .unwrap_or_else(|| self.settings.content_type(&self.path));
+        // A small playlist, whole, to a viewer accepting gzip: compressed (in
+        // memory, off this worker); a range is answered from the stored bytes.
+        let vary = gzip::is_playlist(content_type.as_bytes());
+        let wanted = gzip_ok
+            && !stored_only
+            && self.req.range().is_none()
+            && gzip::compressible(content_type.as_bytes(), meta.size);
+        let gzipped = if wanted { cache.gzipped(key, meta).await } else { None };
+        let gzip_etag;
+        let (etag, len_bytes) = match &gzipped {
+            Some(g) => {
+                gzip_etag = gzip::gzip_etag(etag);
+                (gzip_etag.as_slice(), g.len)
+            }
+            None => (etag, meta.size),
+        };
         let info = FileInfo {
-            len_bytes: meta.size,
+            len_bytes,
             validators: Validators { etag, last_modified_secs },
             content_type,
             now_secs: self.worker.date.borrow_mut().now_secs(),
         };
-        let source = Source::Object(ObjectSource { cache, table, key, meta, stored_only });
+        let gzip = gzipped.as_deref();
+        let source = Source::Object(ObjectSource { cache, table, key, meta, stored_only, gzip, vary });
         self.send_planned(&info, &source, keep_alive).await
     }
 
