@@ -246,6 +246,68 @@ impl Workers {
         Ok(())
     }
 
+    /// Per `[[origin]]` table, playlists and segments apart: what a live channel's
+    /// operator watches (docs/CACHE.md, "Live").
+    fn encode_tables(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::server::cache::Kind;
+        let Some(cache) = self.0.cache.as_deref() else { return Ok(()) };
+        let now = crate::server::cache::unix_now_ms();
+        let table = |i: usize| vec![("table", i.to_string()), ("prefix", cache.origins.table(i).prefix.clone())];
+        let by_kind = |i: usize, k: Kind| {
+            let mut l = table(i);
+            l.push(("kind", k.label().to_string()));
+            l
+        };
+        let mut m = e.encode_descriptor(
+            "linerate_cache_table_collapsed",
+            "Requests under the table's prefix that joined an origin request already under way.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (i, t) in cache.tables.iter().enumerate() {
+            m.encode_family(&table(i))?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&t.collapsed.get(), None)?;
+        }
+        type Pick = fn(&crate::server::cache::TableStats, Kind) -> u64;
+        let counters: [(&str, &str, Pick); 2] = [
+            (
+                "linerate_cache_table_origin_requests",
+                "Origin requests (heads, revalidations, slice fills) by table and kind (playlist, segment, other).",
+                |t, k| t.origin_requests[k as usize].get(),
+            ),
+            (
+                "linerate_cache_table_new_objects",
+                "New objects or versions the origin sent, by table and kind: origin requests per segment is the \
+                 ratio of the two.",
+                |t, k| t.new_objects[k as usize].get(),
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (i, t) in cache.tables.iter().enumerate() {
+                for k in Kind::ALL {
+                    m.encode_family(&by_kind(i, k))?
+                        .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&pick(t, k), None)?;
+                }
+            }
+        }
+        let mut m = e.encode_descriptor(
+            "linerate_cache_table_newest_age_seconds",
+            "Age of the newest object of the kind served under the table's prefix (from its origin date): \
+             on a live channel, how far behind the encoder viewers are. Absent before one was served.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (i, t) in cache.tables.iter().enumerate() {
+            for k in Kind::ALL {
+                if let Some(age) = t.newest_age_secs(k, now) {
+                    m.encode_family(&by_kind(i, k))?.encode_gauge(&age)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The pull-through cache's families (see `admin::cache`), when it is on.
     fn encode_cache(&self, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(c) = super::cache::snapshot(&self.0) else { return Ok(()) };
@@ -345,6 +407,7 @@ impl Workers {
         self.encode_parents(e, &c.parents)?;
         self.encode_peers(e, &c.peers)?;
         self.encode_holds(e)?;
+        self.encode_tables(e)?;
         let origin_labels: Vec<Vec<(&str, String)>> = c
             .origins
             .iter()

@@ -40,6 +40,7 @@ mod meta;
 mod pace;
 mod pass;
 pub(crate) mod serve;
+mod table_stats;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +64,7 @@ use crate::store::{KeyHash, ObjectMeta, Store};
 use fill::slice_bounds;
 use hold::HoldStats;
 use meta::{object_meta, refreshed, same_version, storable};
+pub(crate) use table_stats::{Kind, TableStats};
 
 /// How long a key whose answer could not be stored is passed through without
 /// asking whether it could be now (Varnish's "hit-for-pass").
@@ -181,6 +183,8 @@ pub(crate) struct Cache {
     pub stats: CacheStats,
     /// Blocking playlist requests (LL-HLS), by table.
     pub holds: Vec<HoldStats>,
+    /// Collapsed and origin requests and the newest object served, by table.
+    pub tables: Vec<TableStats>,
     /// Playlists compressed for viewers that accept gzip (`gzip`).
     gzipped: gzip::GzipTable,
 }
@@ -190,6 +194,7 @@ impl Cache {
         Arc::new(Cache {
             slice_bytes: store.slice_bytes(),
             holds: (0..origins.table_count()).map(|_| HoldStats::default()).collect(),
+            tables: (0..origins.table_count()).map(|_| TableStats::default()).collect(),
             origins,
             store,
             fills: Mutex::default(),
@@ -230,9 +235,11 @@ impl Cache {
             self.stats.passes.add(1);
             return Opened::Pass(why);
         }
+        let kind = Kind::of(&key.origin_path);
         // Streaming, or being stored: its slices are not all in yet.
         if let Some(live) = self.live_of(key) {
-            self.stats.collapsed.add(1);
+            self.collapsed(table);
+            self.tables[table].served(kind, live.stored_at.saturating_mul(1000));
             return Opened::Live(live);
         }
         let now = unix_now_ms();
@@ -252,13 +259,15 @@ impl Cache {
             Opened::Object { meta, .. } => {
                 if meta.status != 200 {
                     self.stats.negative_hits.add(1);
+                } else {
+                    self.tables[table].served(kind, meta.dated_at_ms);
                 }
             }
             Opened::Pass(why) => {
                 self.stats.passes.add(1);
                 lock(&self.passing).insert(key.hash, (Instant::now() + PASS_MEMO, *why));
             }
-            Opened::Live(_) => {}
+            Opened::Live(live) => self.tables[table].served(kind, live.stored_at.saturating_mul(1000)),
             Opened::Status(_) | Opened::Failed(_) => self.stats.origin_failures.add(1),
         }
         opened
@@ -295,6 +304,12 @@ impl Cache {
             CacheStatus::Revalidated => self.stats.revalidated.add(1),
             CacheStatus::Pass => self.stats.passes.add(1),
         }
+    }
+
+    /// A request joined an origin request already under way.
+    pub(super) fn collapsed(&self, table: usize) {
+        self.stats.collapsed.add(1);
+        self.tables[table].collapsed.add(1);
     }
 
     fn passing(&self, key: &KeyHash) -> Option<Uncacheable> {
@@ -341,11 +356,11 @@ impl Cache {
     ) -> watch::Receiver<Option<Opened>> {
         let mut opening = lock(&self.opening);
         if let Some(rx) = opening.get(&key.hash) {
-            self.stats.collapsed.add(1);
+            self.collapsed(table);
             return rx.clone();
         }
         if let Some(live) = self.live_of(key) {
-            self.stats.collapsed.add(1);
+            self.collapsed(table);
             return watch::channel(Some(Opened::Live(live))).1;
         }
         // The request this viewer would have joined may have ended between its
@@ -356,7 +371,7 @@ impl Cache {
         if let Some(m) = self.store.object(&key.hash).filter(|m| m.key == key.text) {
             let is_old = old.as_ref().is_some_and(|o| Arc::ptr_eq(o, &m));
             if !is_old && unix_now_ms() < m.fresh_until_ms {
-                self.stats.collapsed.add(1);
+                self.collapsed(table);
                 return watch::channel(Some(Opened::Object { meta: m, status: CacheStatus::Miss })).1;
             }
         }
@@ -400,6 +415,8 @@ impl Cache {
         }
         let t = self.origins.table(table);
         // A blocking playlist request: held by the origin, timed and counted.
+        let kind = Kind::of(&key.origin_path);
+        self.tables[table].origin_request(kind);
         let mut hold = key.hold.then(|| self.holds[table].start());
         let fetched = self.origins.fetch(table, &req).await;
         if let (Some(h), Err(OriginError::Timeout(Phase::FirstByte))) = (&mut hold, &fetched) {
@@ -450,7 +467,10 @@ impl Cache {
                     .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
                 // No length: still being made (a live segment). Streamed to
                 // every viewer, stored once whole.
-                let Some(len) = len else { return self.start_live(table, key, response, now) };
+                let Some(len) = len else {
+                    self.tables[table].new_object(kind);
+                    return self.start_live(table, key, response, now);
+                };
                 if len > s {
                     return Opened::Pass(Uncacheable::NoRanges);
                 }
@@ -467,6 +487,9 @@ impl Cache {
             }
             _ => CacheStatus::Miss,
         };
+        if status == CacheStatus::Miss && meta.status == 200 {
+            self.tables[table].new_object(kind);
+        }
         if let Err(e) = self.store.put_object(&key.hash, meta.clone()) {
             // Still served: its slices fill into memory, passed through.
             self.note_store_error(&e);

@@ -141,7 +141,7 @@ impl Cache {
                 None => {
                     let (rx, joined) = self.slice_fill(table, key, meta, index, None, None);
                     if joined && own_prefetch != Some(index) {
-                        self.stats.collapsed.add(1);
+                        self.collapsed(table);
                     }
                     follow(io, rx, at - first, Some(upto - first), progress).await?;
                     self.store.note_use(&key.hash, index, upto == last + 1);
