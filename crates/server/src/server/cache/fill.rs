@@ -178,7 +178,7 @@ impl Cache {
                     peers: true,
                     ..OriginRequest::default()
                 };
-                self.tables[table].origin_request(super::Kind::of(&key.origin_path));
+                self.tables[table].origin_request(key.kind);
                 let mut r = self.origins.fetch(table, &req).await.map_err(Failure::origin)?;
                 check_slice_answer(meta, &mut r, first, last)?;
                 r

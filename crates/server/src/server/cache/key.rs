@@ -10,6 +10,7 @@
 //! `key_args`) is a blocking playlist request: the origin holds it until the
 //! playlist has that segment or part ([`Key::hold`]).
 
+use super::Kind;
 use crate::store::{key_hash, KeyHash};
 
 /// A request's cache key.
@@ -30,6 +31,9 @@ pub(crate) struct Key {
     /// key carries `_HLS_msn` or `_HLS_part`, so the origin may hold it up to
     /// the table's `hold_timeout`.
     pub hold: bool,
+    /// Playlist, segment or other, by the path's extension (the per-table
+    /// counts).
+    pub kind: Kind,
 }
 
 /// The LL-HLS delivery directives that make a playlist request blocking.
@@ -55,7 +59,8 @@ impl Key {
         }
         let hold = BLOCKING_ARGS.iter().any(|name| find_arg(&selected, name).is_some());
         let origin_query = (!selected.is_empty()).then_some(selected);
-        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query, via: None, hold }
+        let kind = Kind::of(rest);
+        Key { hash: key_hash(&text), text, origin_path: rest.to_vec(), origin_query, via: None, hold, kind }
     }
 }
 

@@ -235,7 +235,7 @@ impl Cache {
             self.stats.passes.add(1);
             return Opened::Pass(why);
         }
-        let kind = Kind::of(&key.origin_path);
+        let kind = key.kind;
         // Streaming, or being stored: its slices are not all in yet.
         if let Some(live) = self.live_of(key) {
             self.collapsed(table);
@@ -414,9 +414,9 @@ impl Cache {
             req.if_modified_since = m.last_modified.clone();
         }
         let t = self.origins.table(table);
-        // A blocking playlist request: held by the origin, timed and counted.
-        let kind = Kind::of(&key.origin_path);
+        let kind = key.kind;
         self.tables[table].origin_request(kind);
+        // A blocking playlist request: held by the origin, timed and counted.
         let mut hold = key.hold.then(|| self.holds[table].start());
         let fetched = self.origins.fetch(table, &req).await;
         if let (Some(h), Err(OriginError::Timeout(Phase::FirstByte))) = (&mut hold, &fetched) {

@@ -33,11 +33,14 @@ impl Kind {
     pub(crate) fn of(path: &[u8]) -> Kind {
         let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
         let Some(dot) = name.iter().rposition(|&b| b == b'.') else { return Kind::Other };
-        let ext = name[dot + 1..].to_ascii_lowercase();
-        match ext.as_slice() {
-            b"m3u8" | b"m3u" | b"mpd" => Kind::Playlist,
-            b"ts" | b"m4s" | b"mp4" | b"m4v" | b"m4a" | b"cmfv" | b"cmfa" | b"aac" | b"vtt" | b"webm" => Kind::Segment,
-            _ => Kind::Other,
+        let ext = &name[dot + 1..];
+        let is = |list: &[&[u8]]| list.iter().any(|e| ext.eq_ignore_ascii_case(e));
+        if is(&[b"m3u8", b"m3u", b"mpd"]) {
+            Kind::Playlist
+        } else if is(&[b"ts", b"m4s", b"mp4", b"m4v", b"m4a", b"cmfv", b"cmfa", b"aac", b"vtt", b"webm"]) {
+            Kind::Segment
+        } else {
+            Kind::Other
         }
     }
 }
