@@ -102,6 +102,31 @@ fn sigterm_drains_transfers_in_flight_and_exits_zero() {
 }
 
 #[test]
+fn a_connection_opened_just_before_shutdown_is_answered() {
+    let c = Content::new();
+    c.write("a.txt", b"A");
+    let mut s = Server::start(&["--root", &c.root_arg()]);
+    // Connected (and accepted) but nothing sent yet when shutdown begins, as when a
+    // client's TLS handshake ends just as an upgrade hands over: its client asks
+    // a moment later and must get an answer, not a close it would not retry.
+    let mut fresh = TcpStream::connect(s.addr()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    s.signal("TERM");
+    assert!(
+        eventually(Duration::from_secs(2), || TcpStream::connect(s.addr()).is_err()),
+        "still accepting after SIGTERM"
+    );
+    fresh.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let got = read_until_close(&mut fresh, Duration::from_secs(5));
+    let r = parse_response(&got).unwrap_or_else(|| panic!("no response: {:?}", String::from_utf8_lossy(&got)));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"A");
+    assert_eq!(r.header("connection").as_deref(), Some("close"), "a draining server closes after answering");
+    let exit = s.wait_exit(Duration::from_secs(10)).expect("server did not exit");
+    assert!(exit.success(), "exit status {exit}");
+}
+
+#[test]
 fn drain_timeout_bounds_shutdown() {
     let c = Content::new();
     c.write_random("big.bin", 64 << 20, 12);

@@ -2,7 +2,7 @@
 //! body, which is discarded exactly so that the next request starts where the
 //! client's framing says.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use linerate_http::body::{Discard, DiscardError};
 use linerate_http::request::{self, BodyFraming, Parsed};
@@ -12,6 +12,10 @@ use super::Conn;
 use crate::counters::{ConnState, ErrorKind, StateTracker};
 use crate::server::pagecache::PageCache;
 use crate::transport::Transport;
+
+/// How long a connection with no request yet may still send its first one after
+/// shutdown began (the header timeout bounds it too).
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
 
 /// Why no head could be read.
 pub(super) enum HeadEnd {
@@ -55,9 +59,22 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             self.make_room();
             let result = match head_deadline {
                 None => {
+                    // At shutdown an idle keep-alive connection closes at once. A
+                    // connection that has not sent its first request yet (accepted,
+                    // or its TLS handshake finished, just as shutdown began) was
+                    // opened to ask something now: it gets a moment to ask, instead
+                    // of a close its client would not retry.
+                    let worker = self.worker;
+                    let fresh = self.served == 0;
+                    let closing = async move {
+                        worker.shutdown_started().await;
+                        if fresh {
+                            tokio::time::sleep(FIRST_REQUEST_GRACE).await;
+                        }
+                    };
                     tokio::select! {
                         r = tokio::time::timeout(idle, self.io.read(&mut self.buf)) => r,
-                        _ = self.worker.shutdown_started() => return Err(HeadEnd::Closed),
+                        _ = closing => return Err(HeadEnd::Closed),
                     }
                 }
                 Some(deadline) => tokio::time::timeout_at(deadline.into(), self.io.read(&mut self.buf)).await,
