@@ -59,22 +59,23 @@ impl<T: Transport, P: PageCache> Conn<'_, T, P> {
             self.make_room();
             let result = match head_deadline {
                 None => {
-                    // At shutdown an idle keep-alive connection closes at once. A
-                    // connection that has not sent its first request yet (accepted,
-                    // or its TLS handshake finished, just as shutdown began) was
-                    // opened to ask something now: it gets a moment to ask, instead
-                    // of a close its client would not retry.
-                    let worker = self.worker;
-                    let fresh = self.served == 0;
-                    let closing = async move {
-                        worker.shutdown_started().await;
-                        if fresh {
-                            tokio::time::sleep(FIRST_REQUEST_GRACE).await;
-                        }
+                    let waited = tokio::select! {
+                        r = tokio::time::timeout(idle, self.io.read(&mut self.buf)) => Some(r),
+                        _ = self.worker.shutdown_started() => None,
                     };
-                    tokio::select! {
-                        r = tokio::time::timeout(idle, self.io.read(&mut self.buf)) => r,
-                        _ = closing => return Err(HeadEnd::Closed),
+                    match waited {
+                        Some(r) => r,
+                        // At shutdown an idle keep-alive connection closes at once.
+                        // One that has not sent its first request yet (accepted, or
+                        // its TLS handshake finished, just as shutdown began) was
+                        // opened to ask something now: it gets a moment to ask,
+                        // instead of a close its client would not retry. Boxed: the
+                        // timer inline would enlarge every connection.
+                        None if self.served == 0 => {
+                            Box::pin(tokio::time::timeout(FIRST_REQUEST_GRACE.min(idle), self.io.read(&mut self.buf)))
+                                .await
+                        }
+                        None => return Err(HeadEnd::Closed),
                     }
                 }
                 Some(deadline) => tokio::time::timeout_at(deadline.into(), self.io.read(&mut self.buf)).await,
