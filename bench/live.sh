@@ -73,9 +73,14 @@
 #
 # Usage: bench/live.sh [--quick] [--servers "linerate nginx ats varnish"] [--viewers N]
 #          [--seconds S] [--rounds N] [--ramp N] [--delay-ms MS] [--out PATH] [--bin PATH]
+#          [--trace DIR] [--linerate-origin "KEY = VALUE"]
 #   defaults: all four servers, 1000 viewers started 100 a second, watching 30 s, 2
 #             rounds, the origin 10 ms away each way, results in target/bench-live.md
 #             and .json.
+#   --trace   write each run's segment requests (sent, path, TTFB, time to last byte)
+#             to DIR/SERVER-ROUND.trace, to look into a percentile.
+#   --linerate-origin  a line added to linerate's [[origin]] table, such as
+#             "refresh_ahead_percent = 20" (docs/CACHE.md, "Live").
 #   --quick   the short form: --viewers 200 --seconds 20 --rounds 1 (about two
 #             minutes), which fails on any error (a rebuffer is a result, reported:
 #             a loaded machine can cause one).
@@ -93,9 +98,10 @@ cd "$(dirname "$0")/.."
 . bench/caches.sh
 
 servers="linerate nginx ats varnish" viewers=1000 seconds=30 rounds=2 ramp=100 delay_ms=10
-out=target/bench-live bin="" quick=0
-parse_flags 2,87 "--quick:quick=1 viewers=200 seconds=20 rounds=1" --servers=servers --viewers=viewers --seconds=seconds --rounds=rounds --ramp=ramp \
-    --delay-ms=delay_ms --out=out --bin=bin -- "$@"
+out=target/bench-live bin="" quick=0 trace="" linerate_origin=""
+parse_flags 2,93 "--quick:quick=1 viewers=200 seconds=20 rounds=1" --servers=servers --viewers=viewers --seconds=seconds --rounds=rounds --ramp=ramp \
+    --delay-ms=delay_ms --out=out --bin=bin --trace=trace \
+    --linerate-origin=linerate_origin -- "$@"
 for s in $servers; do
     case "$s" in linerate | nginx | ats | varnish) ;; *) echo "unknown server: $s (linerate nginx ats varnish)" >&2; exit 2 ;; esac
 done
@@ -149,6 +155,7 @@ start_live() {
     case "$s" in
         linerate)
             live_linerate_conf "$work/empty" "$d/cache" > "$d/linerate.toml"
+            [ -z "$linerate_origin" ] || sed -i "/^urls = /a $linerate_origin" "$d/linerate.toml"
             local limits
             mapfile -t limits < <(loopback_limits)
             "$bin" serve --config "$d/linerate.toml" --workers 2 --log-level warn --admin 127.0.0.1:0 "${limits[@]}" \
@@ -260,7 +267,7 @@ run_live() {
     since=$(date +%s.%N)
     c0=$(tree_ticks "$server_pid")
     timeout $((seconds + 60)) python3 tests/origin/live_viewers.py --url "$url" --root "$LIVE_DIR" \
-        --viewers "$viewers" --duration "$seconds" --ramp "$ramp" > "$work/viewers.json" ||
+        --viewers "$viewers" --duration "$seconds" --ramp "$ramp" ${trace:+--trace "$trace/$s-$round.trace"} > "$work/viewers.json" ||
         { echo "the viewers of $s failed" >&2; exit 1; }
     until_t=$(date +%s.%N)
     ticks=$(( $(tree_ticks "$server_pid") - c0 ))

@@ -5,7 +5,7 @@ changed, and after a target duration when it has), starts three segments from th
 live edge and fetches every new segment once, on one kept-alive HTTP/1.1 connection.
 
     live_viewers.py --url http://127.0.0.1:8080/live/stream.m3u8 --root DIR
-                    [--viewers 200] [--duration 30] [--ramp 100]
+                    [--viewers 200] [--duration 30] [--ramp 100] [--trace FILE]
 
 --root is the directory the origin serves the stream from: each segment received is
 compared byte for byte with the file there (when it is still there), and each
@@ -21,7 +21,8 @@ player would have them: it starts playing once the three segments it joins with
 have arrived, and a rebuffer is a later segment whose last byte arrives after the
 moment its playback should have started (playback then waits for it; their total
 wait is stall_s); playlist lag in segments (newest on disk minus newest received)
-max and its count above one. Every wait is bounded by --duration plus a 10 s timeout per request.
+max and its count above one. --trace writes one line per segment request (request
+sent, Unix time; path; time to first byte, s; to last byte, s) to FILE. Every wait is bounded by --duration plus a 10 s timeout per request.
 """
 
 import argparse
@@ -44,6 +45,7 @@ class Conn:
         self.host, self.port = host, port
         self.reader = self.writer = None
         self.ttfb = None
+        self.sent = None
 
     async def get(self, path):
         """(status, body) of a GET; reconnects once if a kept-alive connection was
@@ -57,7 +59,7 @@ class Conn:
                     ("GET %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: live-viewers\r\n\r\n" % (path, self.host, self.port)).encode()
                 )
                 await self.writer.drain()
-                sent = time.time()
+                sent = self.sent = time.time()
                 return await self._response(sent)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 self.close()
@@ -146,6 +148,7 @@ class Totals:
         self.lags = []
         self.first_error = None
         self.viewers_with_segments = 0
+        self.trace = []
 
     def error(self, what):
         self.errors += 1
@@ -201,6 +204,7 @@ async def viewer(url, root, end, totals, start_at):
                 done = time.time()
                 totals.segment_requests += 1
                 totals.ttfbs.append(conn.ttfb)
+                totals.trace.append((conn.sent, path, conn.ttfb, done - conn.sent))
                 if status != 200:
                     totals.error("%s: status %d" % (path, status))
                     break
@@ -253,6 +257,7 @@ async def main():
     ap.add_argument("--viewers", type=int, default=200)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--ramp", type=float, default=100.0, help="viewers started per second")
+    ap.add_argument("--trace", help="write each segment request's times to this file")
     a = ap.parse_args()
     if not 1 <= a.viewers <= 5000 or not 0 < a.duration <= 600:
         raise SystemExit("--viewers 1..5000, --duration up to 600 s")
@@ -261,6 +266,11 @@ async def main():
     end = t0 + a.duration
     tasks = [viewer(a.url, a.root, end, totals, t0 + i / a.ramp) for i in range(a.viewers)]
     await asyncio.wait_for(asyncio.gather(*tasks), a.duration + TIMEOUT_S + 5)
+    if a.trace:
+        with open(a.trace, "w") as f:
+            for sent, path, ttfb, total in sorted(totals.trace):
+                f.write("%.6f %s %.6f %.6f\n" % (sent, path, ttfb, total))
+
     def r(x):
         return None if x is None else round(x, 3)
 

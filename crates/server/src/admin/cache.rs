@@ -15,6 +15,8 @@ pub(super) struct CacheView {
     pub requests: Requests,
     /// Requests that joined an origin request already under way.
     pub collapsed: u64,
+    /// Background revalidations started by hits near their object's expiry.
+    pub refreshed_ahead: u64,
     /// Body bytes sent from stored slices, and from slices being filled.
     pub hit_bytes: u64,
     pub miss_bytes: u64,
@@ -80,6 +82,7 @@ pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
             origin_failures: s.origin_failures.get(),
         },
         collapsed: s.collapsed.get(),
+        refreshed_ahead: s.refreshed_ahead.get(),
         hit_bytes: hit,
         miss_bytes: miss,
         origin_bytes,

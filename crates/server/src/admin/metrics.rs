@@ -339,6 +339,12 @@ impl Workers {
         )?;
         counter(
             e,
+            "linerate_cache_refreshed_ahead",
+            "Background revalidations a hit started in the last refresh_ahead_percent of its object's lifetime.",
+            &[(&[], c.refreshed_ahead)],
+        )?;
+        counter(
+            e,
             "linerate_cache_bytes",
             "Body bytes of cached objects sent, from stored slices (hit) or slices being filled (miss).",
             &[(&[("source", "hit")], c.hit_bytes), (&[("source", "miss")], c.miss_bytes)],

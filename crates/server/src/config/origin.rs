@@ -64,6 +64,12 @@ pub struct Origin {
     /// (`stale-while-revalidate`).
     #[serde(default, with = "humantime_serde")]
     pub stale_while_revalidate: Duration,
+    /// The last part of a fresh object's lifetime, in percent, in which a hit
+    /// also revalidates it in the background (one request at a time): under
+    /// steady demand a short-lived object, such as a live playlist, is replaced
+    /// before it expires, no viewer waits for it, and none gets it stale. 0: off.
+    #[serde(default)]
+    pub refresh_ahead_percent: u32,
     /// The origin is an S3 bucket (`[origin.s3]`): `urls` name the S3 endpoint,
     /// and every request is signed (docs/CACHE.md, "S3 origins").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +171,7 @@ impl Origin {
             }
         }
         range(&key("peer_tries"), self.peer_tries, 1, 64)?;
+        range(&key("refresh_ahead_percent"), self.refresh_ahead_percent, 0, 90)?;
         if let Some(ca) = &self.ca_file {
             if !ca.is_file() {
                 return bad(key("ca_file"), format!("{ca:?} is not a readable file"));

@@ -143,6 +143,9 @@ pub(crate) struct CacheStats {
     pub collapsed: Tally,
     pub stale: Tally,
     pub revalidated: Tally,
+    /// Background revalidations a hit started near the end of its object's
+    /// lifetime (`refresh_ahead_percent`).
+    pub refreshed_ahead: Tally,
     pub passes: Tally,
     pub negative_hits: Tally,
     pub origin_failures: Tally,
@@ -245,7 +248,10 @@ impl Cache {
         let now = unix_now_ms();
         let stored = self.store.object(&key.hash).filter(|m| m.key == key.text);
         let opened = match stored {
-            Some(m) if now < m.fresh_until_ms => Opened::Object { meta: m, status: CacheStatus::Hit },
+            Some(m) if now < m.fresh_until_ms => {
+                self.refresh_ahead(table, key, &m, now);
+                Opened::Object { meta: m, status: CacheStatus::Hit }
+            }
             Some(m) if now < m.stale_while_revalidate_until_ms => {
                 let _ = self.head(table, key, want, Some(m.clone()), pace.cloned());
                 Opened::Object { meta: m, status: CacheStatus::Stale }
@@ -271,6 +277,26 @@ impl Cache {
             Opened::Status(_) | Opened::Failed(_) => self.stats.origin_failures.add(1),
         }
         opened
+    }
+
+    /// Within the last `refresh_ahead_percent` of a fresh object's lifetime, a hit
+    /// also starts its revalidation in the background, unless an origin request
+    /// for it is under way. Viewers keep getting the stored version, which is
+    /// still fresh, until the answer replaces it: none waits for the origin, and
+    /// a herd is not released at once when it comes (as happens to the viewers
+    /// that wait on the refresh of an expired live playlist, who then all ask for
+    /// the new segment together, before the origin has sent it).
+    fn refresh_ahead(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &Arc<ObjectMeta>, now: i64) {
+        let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
+        let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
+        if percent == 0 || m.status != 200 || lifetime <= 0 || now < m.fresh_until_ms - lifetime * percent / 100 {
+            return;
+        }
+        if lock(&self.opening).contains_key(&key.hash) {
+            return;
+        }
+        self.stats.refreshed_ahead.add(1);
+        let _ = self.head(table, key, 0, Some(m.clone()), None);
     }
 
     /// Whether the slice holding byte `offset` of the object `meta` describes is

@@ -198,6 +198,44 @@ fn a_herd_on_an_expired_playlist_makes_one_origin_request() {
     });
 }
 
+/// `refresh_ahead_percent = 50` on a playlist fresh for 1 s: under waves of
+/// viewers every 20 ms for 3 s, a hit past half the lifetime revalidates it in the
+/// background, so every viewer gets a fresh stored version at once (never a miss
+/// waiting for the origin, never a stale one), the version moves on, and the
+/// origin sees about one request per half lifetime plus its answer time.
+#[test]
+fn refresh_ahead_replaces_a_playlist_before_it_expires() {
+    let origin = TestOrigin::start(|n, _| {
+        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
+        vec![Step::Sleep(50), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "default_ttl = \"1s\"\nrefresh_ahead_percent = 50", dir.path());
+    let k = key("/live/a.m3u8");
+    runtime().block_on(async {
+        herd(&cache, &k, 5).await;
+        assert_eq!(origin.requests(), 1);
+        let mut versions = std::collections::BTreeSet::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(3) {
+            for o in herd(&cache, &k, 5).await {
+                match &o {
+                    Opened::Object { meta, status: CacheStatus::Hit } => {
+                        assert!(unix_now_ms() < meta.fresh_until_ms + 5, "served past its lifetime");
+                        versions.insert(meta.etag.clone());
+                    }
+                    _ => panic!("a viewer did not get a stored, fresh version: {:?}", version(&o)),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let n = origin.requests() - 1;
+        assert!((4..=8).contains(&n), "3 s, refreshed past half of a 1 s lifetime: {n} requests");
+        assert_eq!(cache.stats.refreshed_ahead.get() as usize, n, "each counted");
+        assert!(versions.len() >= 4, "the version moved on: {versions:?}");
+    });
+}
+
 /// A 404 kept for a 250 ms negative_ttl: a herd makes one request, then none
 /// until it expires, then one again.
 #[test]
