@@ -108,7 +108,22 @@ impl Cache {
         response: Option<OriginResponse>,
         pace: Option<Arc<Pace>>,
     ) -> (watch::Receiver<FillState>, bool) {
-        let mut fills = super::lock(&self.fills);
+        self.slice_fill_locked(super::lock(&self.fills), table, key, meta, index, response, pace)
+    }
+
+    /// [`Cache::slice_fill`] with the fills' lock already held (and released
+    /// here): what the caller did under it is seen together with the fill.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn slice_fill_locked(
+        self: &Arc<Cache>,
+        mut fills: std::sync::MutexGuard<'_, super::Fills>,
+        table: usize,
+        key: &Arc<Key>,
+        meta: &Arc<ObjectMeta>,
+        index: u64,
+        response: Option<OriginResponse>,
+        pace: Option<Arc<Pace>>,
+    ) -> (watch::Receiver<FillState>, bool) {
         let (tx, rx) = watch::channel(FillState::default());
         let viewer = Arc::new(AtomicBool::new(pace.is_none()));
         match fills.get(&(key.hash, index)) {

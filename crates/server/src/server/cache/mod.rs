@@ -516,16 +516,25 @@ impl Cache {
         if status == CacheStatus::Miss && meta.status == 200 {
             self.tables[table].new_object(kind);
         }
+        // Published under the fills' lock, with the fill of the slice this answer
+        // brings registered before the lock is released: a viewer who finds the
+        // object in the store then finds that fill and joins it. (Published
+        // first and the fill registered after, a viewer in between saw neither
+        // the slice nor its fill and asked the origin for it a second time.)
+        let fills = lock(&self.fills);
         if let Err(e) = self.store.put_object(&key.hash, meta.clone()) {
             // Still served: its slices fill into memory, passed through.
             self.note_store_error(&e);
         }
         let meta = Arc::new(meta);
-        if let Some(response) = body {
-            let index = if response.status == 200 { 0 } else { index };
-            if self.store.slice(&key.hash, &meta, index).is_none() {
-                let _ = self.slice_fill(table, key, &meta, index, Some(response), pace);
+        match body {
+            Some(response) => {
+                let index = if response.status == 200 { 0 } else { index };
+                if self.store.slice(&key.hash, &meta, index).is_none() {
+                    let _ = self.slice_fill_locked(fills, table, key, &meta, index, Some(response), pace);
+                }
             }
+            None => drop(fills),
         }
         Opened::Object { meta, status }
     }
