@@ -77,7 +77,7 @@
 #   defaults: all four servers, 1000 viewers started 100 a second, watching 30 s, 2
 #             rounds, the origin 10 ms away each way, results in target/bench-live.md
 #             and .json.
-#   --trace   write each run's segment requests (sent, path, TTFB, time to last byte)
+#   --trace   write each run's requests (sent, path, TTFB, time to last byte)
 #             to DIR/SERVER-ROUND.trace, to look into a percentile.
 #   --linerate-origin  a line added to linerate's [[origin]] table, such as
 #             "refresh_ahead_percent = 20" (docs/CACHE.md, "Live").

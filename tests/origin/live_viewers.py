@@ -21,7 +21,7 @@ player would have them: it starts playing once the three segments it joins with
 have arrived, and a rebuffer is a later segment whose last byte arrives after the
 moment its playback should have started (playback then waits for it; their total
 wait is stall_s); playlist lag in segments (newest on disk minus newest received)
-max and its count above one. --trace writes one line per segment request (request
+max and its count above one. --trace writes one line per playlist and segment request (request
 sent, Unix time; path; time to first byte, s; to last byte, s) to FILE. Every wait is bounded by --duration plus a 10 s timeout per request.
 """
 
@@ -176,6 +176,7 @@ async def viewer(url, root, end, totals, start_at):
                 await asyncio.sleep(0.5)
                 continue
             totals.playlist_requests += 1
+            totals.trace.append((conn.sent, u.path, conn.ttfb, time.time() - conn.sent))
             if status != 200:
                 totals.error("playlist: status %d" % status)
                 await asyncio.sleep(0.5)
