@@ -108,22 +108,27 @@ impl Cache {
         response: Option<OriginResponse>,
         pace: Option<Arc<Pace>>,
     ) -> (watch::Receiver<FillState>, bool) {
-        self.slice_fill_locked(super::lock(&self.fills), table, key, meta, index, response, pace)
+        self.slice_fill_publishing(table, key, meta, index, response, pace, None)
     }
 
-    /// [`Cache::slice_fill`] with the fills' lock already held (and released
-    /// here): what the caller did under it is seen together with the fill.
+    /// [`Cache::slice_fill`] of a version that `publish` puts in the store. The
+    /// fill is registered first, then `publish` runs (outside the fills' lock: it
+    /// writes the journal), then the fill starts: a viewer who finds the new
+    /// version in the store also finds the fill of this slice, and joins it.
+    /// (Published first and registered after, a viewer in between found neither
+    /// the slice nor its fill and asked the origin for the slice a second time.)
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn slice_fill_locked(
+    pub(super) fn slice_fill_publishing(
         self: &Arc<Cache>,
-        mut fills: std::sync::MutexGuard<'_, super::Fills>,
         table: usize,
         key: &Arc<Key>,
         meta: &Arc<ObjectMeta>,
         index: u64,
         response: Option<OriginResponse>,
         pace: Option<Arc<Pace>>,
+        publish: Option<&dyn Fn()>,
     ) -> (watch::Receiver<FillState>, bool) {
+        let mut fills = super::lock(&self.fills);
         let (tx, rx) = watch::channel(FillState::default());
         let viewer = Arc::new(AtomicBool::new(pace.is_none()));
         match fills.get(&(key.hash, index)) {
@@ -131,12 +136,19 @@ impl Cache {
                 if pace.is_none() {
                     waits.store(true, Ordering::Relaxed);
                 }
-                return (rx.clone(), true);
+                let joined = rx.clone();
+                drop(fills);
+                if let Some(publish) = publish {
+                    publish();
+                }
+                return (joined, true);
             }
             // A fill of the stored version under way, and this viewer reads an
             // older one (the origin replaced it while the viewer read): this fill
-            // runs alone, for this viewer, and will find its version gone.
-            Some((version, _, _)) if self.store.object(&key.hash).is_some_and(|m| m.same_version(version)) => {}
+            // runs alone, for this viewer, and will find its version gone. (Not
+            // when this version is being published: it is the stored one then.)
+            Some((version, _, _))
+                if publish.is_none() && self.store.object(&key.hash).is_some_and(|m| m.same_version(version)) => {}
             // None, or a fill of a version the origin has replaced since it
             // began: its bytes are not this version's. It runs on (its slice is
             // not kept), and this fill takes its place for this version's viewers.
@@ -145,6 +157,9 @@ impl Cache {
             }
         }
         drop(fills);
+        if let Some(publish) = publish {
+            publish();
+        }
         self.stats.fills.add(1);
         let own = rx.clone();
         let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());

@@ -289,7 +289,9 @@ impl Cache {
     fn refresh_ahead(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &Arc<ObjectMeta>, now: i64) {
         let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
         let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
-        if percent == 0 || m.status != 200 || lifetime <= 0 || now < m.fresh_until_ms - lifetime * percent / 100 {
+        // Saturating: a lifetime of centuries (a huge max-age) must not overflow.
+        let window = lifetime.saturating_mul(percent) / 100;
+        if percent == 0 || m.status != 200 || lifetime <= 0 || now < m.fresh_until_ms.saturating_sub(window) {
             return;
         }
         if lock(&self.opening).contains_key(&key.hash) {
@@ -516,25 +518,26 @@ impl Cache {
         if status == CacheStatus::Miss && meta.status == 200 {
             self.tables[table].new_object(kind);
         }
-        // Published under the fills' lock, with the fill of the slice this answer
-        // brings registered before the lock is released: a viewer who finds the
-        // object in the store then finds that fill and joins it. (Published
-        // first and the fill registered after, a viewer in between saw neither
-        // the slice nor its fill and asked the origin for it a second time.)
-        let fills = lock(&self.fills);
-        if let Err(e) = self.store.put_object(&key.hash, meta.clone()) {
-            // Still served: its slices fill into memory, passed through.
-            self.note_store_error(&e);
-        }
         let meta = Arc::new(meta);
+        let publish = || {
+            if let Err(e) = self.store.put_object(&key.hash, (*meta).clone()) {
+                // Still served: its slices fill into memory, passed through.
+                self.note_store_error(&e);
+            }
+        };
         match body {
+            // The slice this answer brings, unless stored already (a refresh of
+            // the same version): its fill is registered before the object is
+            // published (see `slice_fill_publishing`).
             Some(response) => {
                 let index = if response.status == 200 { 0 } else { index };
                 if self.store.slice(&key.hash, &meta, index).is_none() {
-                    let _ = self.slice_fill_locked(fills, table, key, &meta, index, Some(response), pace);
+                    let _ = self.slice_fill_publishing(table, key, &meta, index, Some(response), pace, Some(&publish));
+                } else {
+                    publish();
                 }
             }
-            None => drop(fills),
+            None => publish(),
         }
         Opened::Object { meta, status }
     }
