@@ -21,8 +21,10 @@ player would have them: it starts playing once the three segments it joins with
 have arrived, and a rebuffer is a later segment whose last byte arrives after the
 moment its playback should have started (playback then waits for it; their total
 wait is stall_s); playlist lag in segments (newest on disk minus newest received)
-max and its count above one. --trace writes one line per playlist and segment request (request
-sent, Unix time; path; time to first byte, s; to last byte, s) to FILE. Every wait is bounded by --duration plus a 10 s timeout per request.
+max and its count above one. --trace writes one line per playlist and segment
+request to FILE: when it was sent (Unix time), its path, its time to first byte and
+to last byte (s). Every wait is bounded by --duration plus a 10 s timeout per
+request.
 """
 
 import argparse
@@ -258,7 +260,7 @@ async def main():
     ap.add_argument("--viewers", type=int, default=200)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--ramp", type=float, default=100.0, help="viewers started per second")
-    ap.add_argument("--trace", help="write each segment request's times to this file")
+    ap.add_argument("--trace", help="write each request's times to this file")
     a = ap.parse_args()
     if not 1 <= a.viewers <= 5000 or not 0 < a.duration <= 600:
         raise SystemExit("--viewers 1..5000, --duration up to 600 s")
