@@ -791,51 +791,99 @@ impl Store {
 /// key at its newest version; then the slices' in sequence order, each kept if
 /// it belongs to that version. A version's number is never reused, so a slice
 /// older than its object's newest metadata record (as compaction writes them)
-/// still finds it, and one of an older version never does.
+/// still finds it, and one of an older version never does. A key's records all
+/// go to its shard, so the shards are replayed apart, on several threads.
 fn replay(shards: &mut [Shard], dirs: &[Dir], records: Vec<(usize, Record)>) -> u64 {
     let next_seq = records.iter().map(|(_, r)| r.seq()).max().map_or(1, |s| s + 1);
-    let (mut objects, mut slices): (Vec<_>, Vec<_>) =
-        records.into_iter().partition(|(_, r)| matches!(r, Record::Object { .. } | Record::DropObject { .. }));
-    objects.sort_by_key(|(_, r)| r.seq());
-    slices.sort_by_key(|(_, r)| r.seq());
-    for (dir, r) in objects.into_iter().chain(slices) {
+    let mut by_shard: Vec<ShardRecords> = (0..shards.len()).map(|_| ShardRecords::default()).collect();
+    for (dir, r) in records {
+        let to = &mut by_shard[shard_of(r.key())];
         match r {
-            Record::Object { seq, key, gen, meta } => {
-                let objects = &mut shards[shard_of(&key)].objects;
-                match objects.get_mut(&key) {
-                    Some(e) if e.gen == gen && e.dir == dir => {
-                        e.meta = meta;
-                        e.seq = seq;
-                    }
-                    // A new version (or a first record): the old one's slices
-                    // are left to the sweep.
-                    _ => {
-                        objects.insert(key, Entry { meta, gen, seq, dir, slices: HashMap::new() });
-                    }
-                }
-            }
-            Record::Slice { seq, key, gen, index, file } => {
-                if let Some(e) = shards[shard_of(&key)].objects.get_mut(&key).filter(|e| e.gen == gen && e.dir == dir) {
-                    e.slices.insert(index, Slice { seq, file, used_ms: file.mtime_ns / 1_000_000, midway_until_ms: 0 });
-                }
-            }
-            Record::DropSlice { key, gen, index, .. } => {
-                if let Some(e) = shards[shard_of(&key)].objects.get_mut(&key).filter(|e| e.gen == gen) {
-                    e.slices.remove(&index);
-                }
-            }
-            Record::DropObject { key, .. } => {
-                shards[shard_of(&key)].objects.remove(&key);
-            }
+            Record::Object { .. } | Record::DropObject { .. } => to.objects.push((dir, r)),
+            Record::Slice { .. } | Record::DropSlice { .. } => to.slices.push((dir, r)),
         }
     }
-    for shard in shards.iter() {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let per_thread = shards.len().div_ceil(threads);
+    // Each group in a slot its thread takes it from; a thread that cannot be
+    // started leaves it to this one.
+    let groups: Vec<_> = shards
+        .chunks_mut(per_thread)
+        .zip(by_shard.chunks_mut(per_thread))
+        .map(|group| std::sync::Mutex::new(Some(group)))
+        .collect();
+    let run = |slot: &std::sync::Mutex<Option<(&mut [Shard], &mut [ShardRecords])>>| {
+        if let Some((shards, records)) = lock(slot).take() {
+            replay_shards(shards, records, dirs);
+        }
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = groups[1..]
+            .iter()
+            .filter_map(|slot| {
+                std::thread::Builder::new().name("linerate-replay".into()).spawn_scoped(scope, || run(slot)).ok()
+            })
+            .collect();
+        for slot in &groups {
+            run(slot);
+        }
+        for h in handles {
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        }
+    });
+    next_seq
+}
+
+/// One shard's records, split as `replay` applies them.
+#[derive(Default)]
+struct ShardRecords {
+    objects: Vec<(usize, Record)>,
+    slices: Vec<(usize, Record)>,
+}
+
+fn replay_shards(shards: &mut [Shard], records: &mut [ShardRecords], dirs: &[Dir]) {
+    for (shard, records) in shards.iter_mut().zip(records) {
+        let (mut objects, mut slices) = (std::mem::take(&mut records.objects), std::mem::take(&mut records.slices));
+        objects.sort_by_key(|(_, r)| r.seq());
+        slices.sort_by_key(|(_, r)| r.seq());
+        replay_shard(shard, objects.into_iter().chain(slices));
         for e in shard.objects.values() {
             let bytes: u64 = e.slices.values().map(|s| s.file.len).sum();
             dirs[e.dir].account(1, e.slices.len() as i64, bytes as i64);
         }
     }
-    next_seq
+}
+
+fn replay_shard(shard: &mut Shard, records: impl Iterator<Item = (usize, Record)>) {
+    let objects = &mut shard.objects;
+    for (dir, r) in records {
+        match r {
+            Record::Object { seq, key, gen, meta } => match objects.get_mut(&key) {
+                Some(e) if e.gen == gen && e.dir == dir => {
+                    e.meta = meta;
+                    e.seq = seq;
+                }
+                // A new version (or a first record): the old one's slices
+                // are left to the sweep.
+                _ => {
+                    objects.insert(key, Entry { meta, gen, seq, dir, slices: HashMap::new() });
+                }
+            },
+            Record::Slice { seq, key, gen, index, file } => {
+                if let Some(e) = objects.get_mut(&key).filter(|e| e.gen == gen && e.dir == dir) {
+                    e.slices.insert(index, Slice { seq, file, used_ms: file.mtime_ns / 1_000_000, midway_until_ms: 0 });
+                }
+            }
+            Record::DropSlice { key, gen, index, .. } => {
+                if let Some(e) = objects.get_mut(&key).filter(|e| e.gen == gen) {
+                    e.slices.remove(&index);
+                }
+            }
+            Record::DropObject { key, .. } => {
+                objects.remove(&key);
+            }
+        }
+    }
 }
 
 fn shard_of(key: &KeyHash) -> usize {

@@ -894,20 +894,23 @@ fn a_long_journal_is_compacted_by_itself() {
 #[test]
 #[ignore = "a measurement: builds 100,000 slice files (400 MB)"]
 fn open_time_with_100k_slices() {
-    const OBJECTS: u64 = 1000;
-    const SLICES: u64 = 100;
+    // `LINERATE_OPEN_SHAPE=100000x1` measures what `bench/origin.sh`'s restart
+    // holds: as many objects, one slice each.
+    let shape = std::env::var("LINERATE_OPEN_SHAPE").unwrap_or_else(|_| "1000x100".into());
+    let (o, n) = shape.split_once('x').expect("OBJECTSxSLICES");
+    let (objects, slices): (u64, u64) = (o.parse().unwrap(), n.parse().unwrap());
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(&[tmp.path()], 1 << 40);
     let built = std::time::Instant::now();
     let keys: Vec<KeyHash> = {
         let store = open(&cfg);
         let block = vec![0x5a; SLICE as usize];
-        (0..OBJECTS)
+        (0..objects)
             .map(|o| {
                 let name = format!("/vod/title-{o}.mp4");
                 let key = key_hash(name.as_bytes());
-                store.put_object(&key, meta(&name, SLICES * SLICE, "e")).unwrap();
-                for i in 0..SLICES {
+                store.put_object(&key, meta(&name, slices * SLICE, "e")).unwrap();
+                for i in 0..slices {
                     let w = begin_now(&store, &key, i, SLICE).unwrap();
                     w.write_at(&block, 0).unwrap();
                     store.commit_slice(w).unwrap();
@@ -917,6 +920,8 @@ fn open_time_with_100k_slices() {
             .collect()
     };
     let built = built.elapsed();
+    // The opens are measured with the files written back, not during it.
+    let _ = std::process::Command::new("sync").status();
     let journal_bytes = std::fs::metadata(tmp.path().join("index.journal")).unwrap().len();
     let mut opens = Vec::new();
     for _ in 0..3 {
@@ -925,16 +930,16 @@ fn open_time_with_100k_slices() {
         let opened = t.elapsed();
         wait_for_sweep(&store);
         let swept = t.elapsed();
-        assert_eq!(store.stats().slices, OBJECTS * SLICES);
+        assert_eq!(store.stats().slices, objects * slices);
         let t = std::time::Instant::now();
         for key in &keys {
-            assert!(slice_now(&store, key, SLICES - 1).is_some());
+            assert!(slice_now(&store, key, slices - 1).is_some());
         }
-        opens.push((opened, swept, t.elapsed() / OBJECTS as u32));
+        opens.push((opened, swept, t.elapsed() / objects as u32));
     }
     eprintln!(
         "built {} slices in {built:.2?} (journal {journal_bytes} bytes); open, sweep done, lookup: {opens:.2?}",
-        OBJECTS * SLICES
+        objects * slices
     );
 }
 
