@@ -78,7 +78,9 @@
 #             rounds, the origin 10 ms away each way, results in target/bench-live.md
 #             and .json.
 #   --trace   write each run's requests (sent, path, TTFB, time to last byte)
-#             to DIR/SERVER-ROUND.trace, to look into a percentile.
+#             to DIR/SERVER-ROUND.trace, to look into a percentile; linerate's
+#             access log (with each response's cache status) to
+#             DIR/linerate-ROUND.access.log.
 #   --linerate-origin  a line added to linerate's [[origin]] table, such as
 #             "refresh_ahead_percent = 20" (docs/CACHE.md, "Live").
 #   --quick   the short form: --viewers 200 --seconds 20 --rounds 1 (about two
@@ -159,6 +161,7 @@ start_live() {
             local limits
             mapfile -t limits < <(loopback_limits)
             "$bin" serve --config "$d/linerate.toml" --workers 2 --log-level warn --admin 127.0.0.1:0 "${limits[@]}" \
+                ${trace:+--access-log "$trace/linerate-$round.access.log"} \
                 --listen "127.0.0.1:$port" > "$d/out" 2> "$d/err" & ;;
         nginx)
             write_nginx_conf "$d" 2 19000 12000 "    server {
