@@ -190,7 +190,14 @@ pub(crate) struct Cache {
     pub tables: Vec<TableStats>,
     /// Playlists compressed for viewers that accept gzip (`gzip`).
     gzipped: gzip::GzipTable,
+    /// Short-lived objects under `refresh_ahead_percent` kept fresh by a task of
+    /// their own (`keep_fresh`), with the time of their last hit.
+    kept_fresh: Mutex<HashMap<KeyHash, i64>>,
 }
+
+/// `refresh_ahead_percent` keeps objects fresh on a timer only up to this
+/// lifetime (playlists); longer-lived ones are refreshed ahead by their hits.
+const KEEP_FRESH_MAX_LIFETIME_MS: i64 = 60_000;
 
 impl Cache {
     pub(crate) fn new(origins: Arc<Origins>, store: Arc<Store>) -> Arc<Cache> {
@@ -202,6 +209,7 @@ impl Cache {
             store,
             fills: Mutex::default(),
             opening: Mutex::default(),
+            kept_fresh: Mutex::default(),
             passing: Mutex::default(),
             live: Mutex::default(),
             live_count: AtomicUsize::new(0),
@@ -267,6 +275,7 @@ impl Cache {
                     self.stats.negative_hits.add(1);
                 } else {
                     self.tables[table].served(kind, meta.dated_at_ms);
+                    self.note_viewed(table, key, meta);
                 }
             }
             Opened::Pass(why) => {
@@ -291,14 +300,67 @@ impl Cache {
         let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
         // Saturating: a lifetime of centuries (a huge max-age) must not overflow.
         let window = lifetime.saturating_mul(percent) / 100;
-        if percent == 0 || m.status != 200 || lifetime <= 0 || now < m.fresh_until_ms.saturating_sub(window) {
+        if percent == 0 || m.status != 200 || lifetime <= 0 {
             return;
         }
-        if lock(&self.opening).contains_key(&key.hash) {
+        if now < m.fresh_until_ms.saturating_sub(window) || lock(&self.opening).contains_key(&key.hash) {
             return;
         }
         self.stats.refreshed_ahead.add(1);
         let _ = self.head(table, key, 0, Some(m.clone()), None);
+    }
+
+    /// A viewer got `m` (stored, fetched or revalidated): under
+    /// `refresh_ahead_percent`, a short-lived object is kept fresh by a task of
+    /// its own (started by its first viewer) while viewers keep asking.
+    fn note_viewed(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &ObjectMeta) {
+        let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
+        let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
+        if percent == 0 || m.status != 200 || lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
+            return;
+        }
+        if lock(&self.kept_fresh).insert(key.hash, unix_now_ms()).is_none() {
+            let (cache, key) = (self.clone(), key.clone());
+            self.origins.spawn(async move { cache.keep_fresh(table, key, percent).await });
+        }
+    }
+
+    /// Refreshes a short-lived object ahead of its expiry on a timer, for as long
+    /// as viewers asked for it within its last two lifetimes. Hits alone do not
+    /// suffice: viewers of a live playlist come in bursts (all released by one
+    /// refresh), and when none falls in the refresh window the copy expires and
+    /// the next burst waits for the origin.
+    async fn keep_fresh(self: Arc<Cache>, table: usize, key: Arc<Key>, percent: i64) {
+        while let Some(m) = self.store.object(&key.hash).filter(|m| m.key == key.text && m.status == 200) {
+            let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
+            if lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
+                break;
+            }
+            let due = m.fresh_until_ms.saturating_sub(lifetime.saturating_mul(percent) / 100);
+            let now = unix_now_ms();
+            if now < due {
+                tokio::time::sleep(Duration::from_millis((due - now) as u64)).await;
+                // Look again: another refresh may have replaced it meanwhile.
+                continue;
+            }
+            let last_hit = lock(&self.kept_fresh).get(&key.hash).copied().unwrap_or(i64::MIN);
+            if now >= m.fresh_until_ms || last_hit < now.saturating_sub(lifetime.saturating_mul(2)) {
+                break;
+            }
+            if !lock(&self.opening).contains_key(&key.hash) {
+                self.stats.refreshed_ahead.add(1);
+            }
+            let mut answer = self.head(table, &key, 0, Some(m.clone()), None);
+            let _ = answer.wait_for(Option::is_some).await;
+            // A refresh that left it due at once (an answer already old, or
+            // none): not retried here, so the origin is never asked in a loop.
+            let again = self.store.object(&key.hash).filter(|n| !Arc::ptr_eq(n, &m));
+            match again {
+                Some(n) if unix_now_ms() < n.fresh_until_ms.saturating_sub(lifetime.saturating_mul(percent) / 100) => {}
+                _ => break,
+            }
+        }
+        lock(&self.kept_fresh).remove(&key.hash);
     }
 
     /// Whether the slice holding byte `offset` of the object `meta` describes is

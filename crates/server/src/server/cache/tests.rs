@@ -236,6 +236,44 @@ fn refresh_ahead_replaces_a_playlist_before_it_expires() {
     });
 }
 
+/// Viewers in bursts further apart than the lifetime (as a live playlist's are,
+/// all released by one refresh): no hit falls in the refresh window, so a timer
+/// refreshes the copy and every burst after the first gets a fresh stored one.
+/// Once nobody asks for two lifetimes, the refreshes stop.
+#[test]
+fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
+    let origin = TestOrigin::start(|n, _| {
+        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
+        vec![Step::Sleep(30), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "default_ttl = \"1s\"\nrefresh_ahead_percent = 20", dir.path());
+    let k = key("/live/a.m3u8");
+    runtime().block_on(async {
+        herd(&cache, &k, 5).await;
+        for burst in 1..=3 {
+            tokio::time::sleep(Duration::from_millis(1600)).await;
+            for o in herd(&cache, &k, 5).await {
+                match &o {
+                    Opened::Object { meta, status: CacheStatus::Hit } => {
+                        assert!(unix_now_ms() < meta.fresh_until_ms, "burst {burst}: served past its lifetime")
+                    }
+                    _ => panic!("burst {burst}: a viewer did not get a stored, fresh copy: {:?}", version(&o)),
+                }
+            }
+        }
+        let asked = origin.requests();
+        // About one refresh per 0.83 s over 4.8 s, and the first request.
+        assert!((5..=8).contains(&asked), "{asked} origin requests");
+        // Nobody asks for 2 lifetimes: the refreshes stop.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let stopped = origin.requests();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(origin.requests(), stopped, "refreshed with nobody asking");
+        assert!(lock(&cache.kept_fresh).is_empty());
+    });
+}
+
 /// A 404 kept for a 250 ms negative_ttl: a herd makes one request, then none
 /// until it expires, then one again.
 #[test]
