@@ -46,7 +46,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -320,8 +320,10 @@ impl Cache {
             return;
         }
         if lock(&self.kept_fresh).insert(key.hash, unix_now_ms()).is_none() {
-            let (cache, key) = (self.clone(), key.clone());
-            self.origins.spawn(async move { cache.keep_fresh(table, key, percent).await });
+            // Weak: the task runs on the runtime the cache owns, and must not keep
+            // the cache (its store's threads and files) alive once dropped.
+            let (cache, key) = (Arc::downgrade(self), key.clone());
+            self.origins.spawn(Cache::keep_fresh(cache, table, key, percent));
         }
     }
 
@@ -330,37 +332,51 @@ impl Cache {
     /// suffice: viewers of a live playlist come in bursts (all released by one
     /// refresh), and when none falls in the refresh window the copy expires and
     /// the next burst waits for the origin.
-    async fn keep_fresh(self: Arc<Cache>, table: usize, key: Arc<Key>, percent: i64) {
-        while let Some(m) = self.store.object(&key.hash).filter(|m| m.key == key.text && m.status == 200) {
-            let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
-            if lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
-                break;
+    async fn keep_fresh(cache: Weak<Cache>, table: usize, key: Arc<Key>, percent: i64) {
+        let mut sleep = None;
+        loop {
+            if let Some(d) = sleep.take() {
+                tokio::time::sleep(d).await;
             }
-            let due = m.fresh_until_ms.saturating_sub(lifetime.saturating_mul(percent) / 100);
-            let now = unix_now_ms();
-            if now < due {
-                tokio::time::sleep(Duration::from_millis((due - now) as u64)).await;
-                // Look again: another refresh may have replaced it meanwhile.
-                continue;
-            }
-            let last_hit = lock(&self.kept_fresh).get(&key.hash).copied().unwrap_or(i64::MIN);
-            if now >= m.fresh_until_ms || last_hit < now.saturating_sub(lifetime.saturating_mul(2)) {
-                break;
-            }
-            if !lock(&self.opening).contains_key(&key.hash) {
-                self.stats.refreshed_ahead.add(1);
-            }
-            let mut answer = self.head(table, &key, 0, Some(m.clone()), None);
-            let _ = answer.wait_for(Option::is_some).await;
-            // A refresh that left it due at once (an answer already old, or
-            // none): not retried here, so the origin is never asked in a loop.
-            let again = self.store.object(&key.hash).filter(|n| !Arc::ptr_eq(n, &m));
-            match again {
-                Some(n) if unix_now_ms() < n.fresh_until_ms.saturating_sub(lifetime.saturating_mul(percent) / 100) => {}
-                _ => break,
+            let Some(this) = cache.upgrade() else { return };
+            match this.keep_fresh_step(table, &key, percent).await {
+                Some(d) => sleep = Some(d),
+                None => {
+                    lock(&this.kept_fresh).remove(&key.hash);
+                    return;
+                }
             }
         }
-        lock(&self.kept_fresh).remove(&key.hash);
+    }
+
+    /// One look at a kept-fresh object: revalidates it when due; returns how long
+    /// to sleep before the next look, or `None` when it is no longer kept fresh.
+    async fn keep_fresh_step(self: &Arc<Cache>, table: usize, key: &Arc<Key>, percent: i64) -> Option<Duration> {
+        let m = self.store.object(&key.hash).filter(|m| m.key == key.text && m.status == 200)?;
+        let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
+        if lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
+            return None;
+        }
+        let window = lifetime.saturating_mul(percent) / 100;
+        let due = m.fresh_until_ms.saturating_sub(window);
+        let now = unix_now_ms();
+        if now < due {
+            // Looked at again when due: another refresh may have replaced it.
+            return Some(Duration::from_millis((due - now) as u64));
+        }
+        let last_hit = lock(&self.kept_fresh).get(&key.hash).copied().unwrap_or(i64::MIN);
+        if now >= m.fresh_until_ms || last_hit < now.saturating_sub(lifetime.saturating_mul(2)) {
+            return None;
+        }
+        if !lock(&self.opening).contains_key(&key.hash) {
+            self.stats.refreshed_ahead.add(1);
+        }
+        let mut answer = self.head(table, key, 0, Some(m.clone()), None);
+        let _ = answer.wait_for(Option::is_some).await;
+        // A refresh that left it due at once (an answer already old, or none): not
+        // retried here, so the origin is never asked in a loop.
+        let n = self.store.object(&key.hash).filter(|n| !Arc::ptr_eq(n, &m))?;
+        (unix_now_ms() < n.fresh_until_ms.saturating_sub(window)).then_some(Duration::ZERO)
     }
 
     /// Whether the slice holding byte `offset` of the object `meta` describes is

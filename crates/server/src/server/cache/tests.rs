@@ -234,6 +234,10 @@ fn refresh_ahead_replaces_a_playlist_before_it_expires() {
         assert_eq!(cache.stats.refreshed_ahead.get() as usize, n, "each counted");
         assert!(versions.len() >= 4, "the version moved on: {versions:?}");
     });
+    // The origin gone first: a refresh still under way fails and writes nothing
+    // into the directory about to be removed.
+    drop(origin);
+    drop(cache);
 }
 
 /// Viewers in bursts further apart than the lifetime (as a live playlist's are,
@@ -272,6 +276,8 @@ fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
         assert_eq!(origin.requests(), stopped, "refreshed with nobody asking");
         assert!(lock(&cache.kept_fresh).is_empty());
     });
+    drop(origin);
+    drop(cache);
 }
 
 /// A 404 kept for a 250 ms negative_ttl: a herd makes one request, then none
