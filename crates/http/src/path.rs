@@ -139,8 +139,8 @@ fn decode_into(segment: &[u8], out: &mut Vec<u8>) -> Result<(), TargetError> {
     while i < segment.len() {
         let b = segment[i];
         let byte = if b == b'%' {
-            let hi = segment.get(i + 1).and_then(|&c| hex(c));
-            let lo = segment.get(i + 2).and_then(|&c| hex(c));
+            let hi = segment.get(i + 1).and_then(|&c| hex_digit(c));
+            let lo = segment.get(i + 2).and_then(|&c| hex_digit(c));
             match (hi, lo) {
                 (Some(h), Some(l)) => {
                     i += 3;
@@ -160,7 +160,8 @@ fn decode_into(segment: &[u8], out: &mut Vec<u8>) -> Result<(), TargetError> {
     Ok(())
 }
 
-fn hex(c: u8) -> Option<u8> {
+/// The value of one hex digit, either case.
+pub fn hex_digit(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),

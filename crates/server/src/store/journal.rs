@@ -37,6 +37,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use linerate_http::path::hex_digit;
+
 use super::{KeyHash, ObjectMeta};
 
 /// The first line of every journal: the format and its version.
@@ -237,15 +239,6 @@ fn parse_hex_u64(digits: &[u8]) -> Option<u64> {
     digits.iter().try_fold(0u64, |n, &d| Some(n << 4 | hex_digit(d)? as u64))
 }
 
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
 /// A journal read back.
 #[derive(Debug, Default)]
 pub(super) struct Replay {
@@ -283,7 +276,7 @@ fn read_in_parts(path: &Path, part_bytes: usize) -> io::Result<Option<Replay>> {
         linerate_sys::pagecache::Advice::WillNeed,
     );
     let mut parts = Parts { file, part_bytes, carry: Vec::new(), ended: false, read: 0, last: None };
-    let first = parts.next()?.unwrap_or_default();
+    let mut first = parts.next()?.unwrap_or_default();
     if !first.starts_with(HEADER) {
         let line = first.split(|&b| b == b'\n').next().unwrap_or_default();
         return Err(io::Error::new(
@@ -295,8 +288,9 @@ fn read_in_parts(path: &Path, part_bytes: usize) -> io::Result<Option<Replay>> {
             ),
         ));
     }
+    first.drain(..HEADER.len());
     let mut decoded = if parts.ended && parts.carry.is_empty() {
-        vec![decode_part(&first[HEADER.len()..])]
+        vec![decode_part(&first)]
     } else {
         decode_parts(first, &mut parts)?
     };
@@ -316,8 +310,8 @@ const MAX_DECODERS: usize = 8;
 /// The size of a part read at once (a part ends after its last whole line).
 const PART_BYTES: usize = 4 << 20;
 
-/// The rest of a journal read and decoded by a few threads, `first` (which holds
-/// the header) already read; the parts' results in the journal's order.
+/// The rest of a journal read and decoded by a few threads, `first` (past the
+/// header) already read; the parts' results in the journal's order.
 fn decode_parts(first: Vec<u8>, parts: &mut Parts) -> io::Result<Vec<Replay>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_DECODERS);
     let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Vec<u8>)>(threads * 2);
@@ -330,22 +324,23 @@ fn decode_parts(first: Vec<u8>, parts: &mut Parts) -> io::Result<Vec<Replay>> {
                     loop {
                         let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                         let Ok((i, part)) = next else { return out };
-                        let body = if i == 0 { &part[HEADER.len()..] } else { &part[..] };
-                        out.push((i, decode_part(body)));
+                        out.push((i, decode_part(&part)));
                     }
                 };
                 std::thread::Builder::new().name("linerate-journal".into()).spawn_scoped(scope, decode).ok()
             })
             .collect();
-        // Parts no decoder took (none could be started): decoded here.
+        // With no decoder started, every part is decoded here (a send would
+        // block once the channel is full: nobody receives).
         let mut here = Vec::new();
         let mut part = Some(first);
         let mut i = 0;
         let result = loop {
             let Some(p) = part.take() else { break Ok(()) };
-            if let Err(std::sync::mpsc::SendError((i, p))) = tx.send((i, p)) {
-                let body = if i == 0 { &p[HEADER.len()..] } else { &p[..] };
-                here.push((i, decode_part(body)));
+            if decoders.is_empty() {
+                here.push((i, decode_part(&p)));
+            } else if let Err(std::sync::mpsc::SendError((i, p))) = tx.send((i, p)) {
+                here.push((i, decode_part(&p)));
             }
             i += 1;
             match parts.next() {
