@@ -256,10 +256,7 @@ impl Cache {
         let now = unix_now_ms();
         let stored = self.store.object(&key.hash).filter(|m| m.key == key.text);
         let opened = match stored {
-            Some(m) if now < m.fresh_until_ms => {
-                self.refresh_ahead(table, key, &m, now);
-                Opened::Object { meta: m, status: CacheStatus::Hit }
-            }
+            Some(m) if now < m.fresh_until_ms => Opened::Object { meta: m, status: CacheStatus::Hit },
             Some(m) if now < m.stale_while_revalidate_until_ms => {
                 let _ = self.head(table, key, want, Some(m.clone()), pace.cloned());
                 Opened::Object { meta: m, status: CacheStatus::Stale }
@@ -270,12 +267,12 @@ impl Cache {
         match &opened {
             // Counted once the response is sent (`count`): a stored head does
             // not make a hit of a body the origin had to send.
-            Opened::Object { meta, .. } => {
+            Opened::Object { meta, status } => {
                 if meta.status != 200 {
                     self.stats.negative_hits.add(1);
                 } else {
                     self.tables[table].served(kind, meta.dated_at_ms);
-                    self.note_viewed(table, key, meta);
+                    self.refresh_ahead(table, key, meta, *status == CacheStatus::Hit);
                 }
             }
             Opened::Pass(why) => {
@@ -288,43 +285,36 @@ impl Cache {
         opened
     }
 
-    /// Within the last `refresh_ahead_percent` of a fresh object's lifetime, a hit
-    /// also starts its revalidation in the background, unless an origin request
-    /// for it is under way. Viewers keep getting the stored version, which is
-    /// still fresh, until the answer replaces it: none waits for the origin, and
-    /// a herd is not released at once when it comes (as happens to the viewers
-    /// that wait on the refresh of an expired live playlist, who then all ask for
-    /// the new segment together, before the origin has sent it).
-    fn refresh_ahead(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &Arc<ObjectMeta>, now: i64) {
+    /// Under `refresh_ahead_percent`, a viewer got the fresh object `m` (`hit`:
+    /// from the store). Within the last `refresh_ahead_percent` of its lifetime,
+    /// a hit also starts its revalidation in the background, unless an origin
+    /// request for it is under way. Viewers keep getting the stored version,
+    /// which is still fresh, until the answer replaces it: none waits for the
+    /// origin, and a herd is not released at once when it comes (as happens to
+    /// the viewers that wait on the refresh of an expired live playlist, who then
+    /// all ask for the new segment together, before the origin has sent it). A
+    /// short-lived object is also kept fresh by a task of its own (`keep_fresh`),
+    /// started by its first viewer, for as long as viewers keep asking.
+    fn refresh_ahead(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &Arc<ObjectMeta>, hit: bool) {
         let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
         let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
-        // Saturating: a lifetime of centuries (a huge max-age) must not overflow.
-        let window = lifetime.saturating_mul(percent) / 100;
-        if percent == 0 || m.status != 200 || lifetime <= 0 {
+        let now = unix_now_ms();
+        if percent == 0 || m.status != 200 || lifetime <= 0 || now >= m.fresh_until_ms {
             return;
         }
-        if now < m.fresh_until_ms.saturating_sub(window) || lock(&self.opening).contains_key(&key.hash) {
-            return;
-        }
-        self.stats.refreshed_ahead.add(1);
-        let _ = self.head(table, key, 0, Some(m.clone()), None);
-    }
-
-    /// A viewer got `m` (stored, fetched or revalidated): under
-    /// `refresh_ahead_percent`, a short-lived object is kept fresh by a task of
-    /// its own (started by its first viewer) while viewers keep asking.
-    fn note_viewed(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &ObjectMeta) {
-        let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
-        let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
-        if percent == 0 || m.status != 200 || lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
-            return;
-        }
-        if lock(&self.kept_fresh).insert(key.hash, unix_now_ms()).is_none() {
+        if lifetime <= KEEP_FRESH_MAX_LIFETIME_MS && lock(&self.kept_fresh).insert(key.hash, now).is_none() {
             // Weak: the task runs on the runtime the cache owns, and must not keep
             // the cache (its store's threads and files) alive once dropped.
             let (cache, key) = (Arc::downgrade(self), key.clone());
             self.origins.spawn(Cache::keep_fresh(cache, table, key, percent));
         }
+        // Saturating: a lifetime of centuries (a huge max-age) must not overflow.
+        let window = lifetime.saturating_mul(percent) / 100;
+        if !hit || now < m.fresh_until_ms.saturating_sub(window) || lock(&self.opening).contains_key(&key.hash) {
+            return;
+        }
+        self.stats.refreshed_ahead.add(1);
+        let _ = self.head(table, key, 0, Some(m.clone()), None);
     }
 
     /// Refreshes a short-lived object ahead of its expiry on a timer, for as long

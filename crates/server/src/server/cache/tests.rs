@@ -160,16 +160,22 @@ fn version(o: &Opened) -> Option<Vec<u8>> {
     }
 }
 
+/// An origin whose playlist moves on at every request (its `n`th answer is
+/// version `v{n}`), answering after `delay_ms`.
+fn playlist_origin(delay_ms: u64) -> TestOrigin {
+    TestOrigin::start(move |n, _| {
+        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
+        vec![Step::Sleep(delay_ms), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
+    })
+}
+
 /// A playlist with a lifetime of 300 ms: a herd of 50 arriving as it expires
 /// makes one origin request, and each gets the new version; 50 arriving while it
 /// is fresh make none.
 #[test]
 fn a_herd_on_an_expired_playlist_makes_one_origin_request() {
-    let origin = TestOrigin::start(|n, _| {
-        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
-        // Slow enough that the whole herd arrives while the request is under way.
-        vec![Step::Sleep(50), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
-    });
+    // Slow enough that the whole herd arrives while the request is under way.
+    let origin = playlist_origin(50);
     let dir = tempfile::tempdir().unwrap();
     let cache = cache_for(&origin.url(), "default_ttl = \"300ms\"", dir.path());
     let k = key("/live/a.m3u8");
@@ -205,10 +211,7 @@ fn a_herd_on_an_expired_playlist_makes_one_origin_request() {
 /// origin sees about one request per half lifetime plus its answer time.
 #[test]
 fn refresh_ahead_replaces_a_playlist_before_it_expires() {
-    let origin = TestOrigin::start(|n, _| {
-        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
-        vec![Step::Sleep(50), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
-    });
+    let origin = playlist_origin(50);
     let dir = tempfile::tempdir().unwrap();
     let cache = cache_for(&origin.url(), "default_ttl = \"1s\"\nrefresh_ahead_percent = 50", dir.path());
     let k = key("/live/a.m3u8");
@@ -246,10 +249,7 @@ fn refresh_ahead_replaces_a_playlist_before_it_expires() {
 /// Once nobody asks for two lifetimes, the refreshes stop.
 #[test]
 fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
-    let origin = TestOrigin::start(|n, _| {
-        let body = format!("#EXTM3U\n#EXT-X-MEDIA-SEQUENCE:{n}\n");
-        vec![Step::Sleep(30), Step::Write(partial(body.as_bytes(), &format!("ETag: \"v{n}\"\r\n")))]
-    });
+    let origin = playlist_origin(30);
     let dir = tempfile::tempdir().unwrap();
     let cache = cache_for(&origin.url(), "default_ttl = \"1s\"\nrefresh_ahead_percent = 20", dir.path());
     let k = key("/live/a.m3u8");
