@@ -19,8 +19,8 @@
 //! read (a restart after an upgrade keeps the cache), and never written. Keys are
 //! hex; byte strings are `-` (none) or `x` and hex.
 //! Text rather than binary: a journal is read with `less` when a cache misbehaves.
-//! Decoding costs about 0.5 us a line on this project's test machine; `read` spreads
-//! it over a few threads, overlapped with the reading.
+//! Decoding costs more than reading (docs/performance/origin.md, "Restart"):
+//! `read` spreads it over a few threads, overlapped with the reading.
 //!
 //! A crash can cut the last line short, and a failed write (`ENOSPC`) one in the
 //! middle: such a line fails its checksum and is skipped; the writer starts its
