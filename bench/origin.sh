@@ -108,7 +108,7 @@
 #          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N]
 #          [--hits-sessions N] [--nginx-cache-mib M] [--access-log FILE]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
-#          [--out PATH] [--bin PATH]
+#          [--out PATH] [--bin PATH] [--linerate-origin "KEY = VALUE"]
 #   defaults: linerate and nginx, 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
 #             of them), 60 s runs, 500 flash viewers of a 16 MiB title for 30 s, 200
 #             tail viewers started 40 a second, 32 hits sessions, 100,000 restart
@@ -120,6 +120,8 @@
 #   --access-log FILE  linerate's JSON access log of its last tail run kept as FILE,
 #             for bench/cache-model.py (eviction rules replayed on those requests);
 #             the log costs linerate CPU in every workload: not for CPU figures.
+#   --linerate-origin  a line added to linerate's [[origin]] table, such as
+#             "read_ahead_slices = 1" (docs/CACHE.md, "Read-ahead").
 #   --nginx-cache-mib  nginx's max_size (default: --cache-mib), to compare the two at
 #             the same size on disk rather than the same setting (see the tail's
 #             disk columns).
@@ -148,14 +150,14 @@ cd "$(dirname "$0")/.."
 servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
 rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
 flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
-restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib="" access_log=""
-parse_flags 2,132 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
+restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib="" access_log="" linerate_origin=""
+parse_flags 2,143 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
         hits_sessions=16 restart_slices=2000" \
     --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
     --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
     --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles \
     --hits-sessions=hits_sessions --nginx-cache-mib=nginx_cache_mib --access-log=access_log --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
-    --workers=workers --dir=dir --out=out --bin=bin -- "$@"
+    --workers=workers --dir=dir --out=out --bin=bin --linerate-origin=linerate_origin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
 case "$slice_mib" in 1 | 2 | 4 | 8) ;; *) echo "--slice-mib: 1, 2, 4 or 8, not $slice_mib" >&2; exit 2 ;; esac
 for s in $servers; do
@@ -267,7 +269,8 @@ start_cached() {
 
 # linerate_conf SLICE_BYTES CACHE_BYTES: linerate's configuration (config/origin.rs).
 linerate_conf() {
-    origin_linerate_conf "$work/empty" / "$ORIGIN_URL" "$work/cache-linerate" "$2" "slice_bytes = $1"
+    origin_linerate_conf "$work/empty" / "$ORIGIN_URL" "$work/cache-linerate" "$2" "slice_bytes = $1" |
+        if [ -n "$linerate_origin" ]; then sed "/^urls = /a $linerate_origin"; else cat; fi
     [ -z "$access_log" ] || printf '\n[access_log]\npath = "%s"\n' "$work/linerate-access.json"
 }
 
@@ -509,7 +512,7 @@ if has "$servers" linerate; then linerate_ready || exit 1; fi
 
 {
     echo "Origin fill: servers $servers; workloads $workloads; $rounds round(s)"
-    echo "origin: $rate, ${delay_ms} ms each way (Toxiproxy $ORIGIN_TOXIPROXY_VERSION, tbf); cache $cache_mib MiB, slices $slice_mib MiB; $workers server workers"
+    echo "origin: $rate, ${delay_ms} ms each way (Toxiproxy $ORIGIN_TOXIPROXY_VERSION, tbf); cache $cache_mib MiB, slices $slice_mib MiB; $workers server workers${linerate_origin:+; linerate: $linerate_origin}"
     echo "flash: $flash_sessions viewers of one $flash_mib MiB title for ${flash_duration} s; tail: $tail_sessions viewers, $tail_titles titles of $title_mib MiB (Zipf 1) for ${duration} s; restart: $restart_slices slices of 4 KiB objects (64 KiB slices); hits: $hits_sessions closed-loop sessions over $hot_titles titles for ${duration} s"
     echo "host: $(nproc) CPUs, $(uname -r), $(nginx -v 2>&1 | sed 's/.*: //'), $("$bin" --version 2>/dev/null || echo linerate)"
 } | tee "$work/setup"

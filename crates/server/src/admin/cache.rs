@@ -17,6 +17,8 @@ pub(super) struct CacheView {
     pub collapsed: u64,
     /// Background revalidations started by hits near their object's expiry.
     pub refreshed_ahead: u64,
+    /// Slice fills started ahead of a viewer (`read_ahead_slices`).
+    pub read_ahead: u64,
     /// Body bytes sent from stored slices, and from slices being filled.
     pub hit_bytes: u64,
     pub miss_bytes: u64,
@@ -83,6 +85,7 @@ pub(super) fn snapshot(state: &AdminState) -> Option<CacheView> {
         },
         collapsed: s.collapsed.get(),
         refreshed_ahead: s.refreshed_ahead.get(),
+        read_ahead: s.read_ahead.get(),
         hit_bytes: hit,
         miss_bytes: miss,
         origin_bytes,

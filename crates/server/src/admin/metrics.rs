@@ -345,6 +345,12 @@ impl Workers {
         )?;
         counter(
             e,
+            "linerate_cache_read_ahead",
+            "Slice fills started ahead of a viewer reading in order (read_ahead_slices).",
+            &[(&[], c.read_ahead)],
+        )?;
+        counter(
+            e,
             "linerate_cache_bytes",
             "Body bytes of cached objects sent, from stored slices (hit) or slices being filled (miss).",
             &[(&[("source", "hit")], c.hit_bytes), (&[("source", "miss")], c.miss_bytes)],

@@ -70,6 +70,12 @@ pub struct Origin {
     /// before it expires, no viewer waits for it, and none gets it stale. 0: off.
     #[serde(default)]
     pub refresh_ahead_percent: u32,
+    /// Slices fetched ahead of a viewer: when a viewer's request reaches slice
+    /// N of an object, slices N+1 to N+this that are neither stored nor being
+    /// filled are fetched too, one request each, so a viewer playing in order
+    /// finds its next slice on the way. 0: off (only the slices asked for).
+    #[serde(default)]
+    pub read_ahead_slices: u32,
     /// The origin is an S3 bucket (`[origin.s3]`): `urls` name the S3 endpoint,
     /// and every request is signed (docs/CACHE.md, "S3 origins").
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,6 +178,7 @@ impl Origin {
         }
         range(&key("peer_tries"), self.peer_tries, 1, 64)?;
         range(&key("refresh_ahead_percent"), self.refresh_ahead_percent, 0, 90)?;
+        range(&key("read_ahead_slices"), self.read_ahead_slices, 0, 16)?;
         if let Some(ca) = &self.ca_file {
             if !ca.is_file() {
                 return bad(key("ca_file"), format!("{ca:?} is not a readable file"));

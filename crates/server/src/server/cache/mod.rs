@@ -146,6 +146,8 @@ pub(crate) struct CacheStats {
     /// Background revalidations a hit started near the end of its object's
     /// lifetime (`refresh_ahead_percent`).
     pub refreshed_ahead: Tally,
+    /// Slice fills started ahead of a viewer (`read_ahead_slices`).
+    pub read_ahead: Tally,
     pub passes: Tally,
     pub negative_hits: Tally,
     pub origin_failures: Tally,
@@ -323,13 +325,13 @@ impl Cache {
     /// refresh), and when none falls in the refresh window the copy expires and
     /// the next burst waits for the origin.
     async fn keep_fresh(cache: Weak<Cache>, table: usize, key: Arc<Key>, percent: i64) {
-        let mut sleep = None;
+        let (mut sleep, mut took) = (None, None);
         loop {
             if let Some(d) = sleep.take() {
                 tokio::time::sleep(d).await;
             }
             let Some(this) = cache.upgrade() else { return };
-            match this.keep_fresh_step(table, &key, percent).await {
+            match this.keep_fresh_step(table, &key, percent, &mut took).await {
                 Some(d) => sleep = Some(d),
                 None => {
                     lock(&this.kept_fresh).remove(&key.hash);
@@ -341,32 +343,46 @@ impl Cache {
 
     /// One look at a kept-fresh object: revalidates it when due; returns how long
     /// to sleep before the next look, or `None` when it is no longer kept fresh.
-    async fn keep_fresh_step(self: &Arc<Cache>, table: usize, key: &Arc<Key>, percent: i64) -> Option<Duration> {
+    /// `took` is how long the last refresh took (ms). The first refresh is due at
+    /// the start of the refresh window; each next one that long before expiry
+    /// (within the window), so its answer arrives about when the copy expires and
+    /// the origin is asked about once per lifetime, not once per lifetime less the
+    /// window.
+    async fn keep_fresh_step(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        percent: i64,
+        took: &mut Option<i64>,
+    ) -> Option<Duration> {
         let m = self.store.object(&key.hash).filter(|m| m.key == key.text && m.status == 200)?;
         let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
         if lifetime <= 0 || lifetime > KEEP_FRESH_MAX_LIFETIME_MS {
             return None;
         }
         let window = lifetime.saturating_mul(percent) / 100;
-        let due = m.fresh_until_ms.saturating_sub(window);
+        let lead = |took: &Option<i64>| took.map_or(window, |t| t.clamp(1, window.max(1)));
+        let due = m.fresh_until_ms.saturating_sub(lead(took));
         let now = unix_now_ms();
         if now < due {
             // Looked at again when due: another refresh may have replaced it.
             return Some(Duration::from_millis((due - now) as u64));
         }
         let last_hit = lock(&self.kept_fresh).get(&key.hash).copied().unwrap_or(i64::MIN);
-        if now >= m.fresh_until_ms || last_hit < now.saturating_sub(lifetime.saturating_mul(2)) {
+        if last_hit < now.saturating_sub(lifetime.saturating_mul(2)) {
             return None;
         }
         if !lock(&self.opening).contains_key(&key.hash) {
             self.stats.refreshed_ahead.add(1);
         }
+        let asked = Instant::now();
         let mut answer = self.head(table, key, 0, Some(m.clone()), None);
         let _ = answer.wait_for(Option::is_some).await;
+        *took = Some(i64::try_from(asked.elapsed().as_millis()).unwrap_or(i64::MAX));
         // A refresh that left it due at once (an answer already old, or none): not
         // retried here, so the origin is never asked in a loop.
         let n = self.store.object(&key.hash).filter(|n| !Arc::ptr_eq(n, &m))?;
-        (unix_now_ms() < n.fresh_until_ms.saturating_sub(window)).then_some(Duration::ZERO)
+        (unix_now_ms() < n.fresh_until_ms.saturating_sub(lead(took))).then_some(Duration::ZERO)
     }
 
     /// Whether the slice holding byte `offset` of the object `meta` describes is
@@ -600,7 +616,11 @@ impl Cache {
             Some(response) => {
                 let index = if response.status == 200 { 0 } else { index };
                 if self.store.slice(&key.hash, &meta, index).is_none() {
+                    let background = pace.is_some();
                     let _ = self.slice_fill_publishing(table, key, &meta, index, Some(response), pace, Some(&publish));
+                    if !background {
+                        self.read_ahead(table, key, &meta, index, false);
+                    }
                 } else {
                     publish();
                 }

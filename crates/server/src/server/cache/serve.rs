@@ -112,19 +112,18 @@ impl Cache {
         let s = self.slice_bytes;
         let end = offset + len;
         let mut at = offset;
-        // The slice this viewer asked for ahead, if it started that fill itself:
-        // joining it later is not a collapsed miss.
-        let mut own_prefetch = None;
+        // The slices this response started ahead of itself: joining one of
+        // them later is not a collapsed miss.
+        let mut own = Vec::new();
         while at < end {
             let index = at / s;
             let (first, last) = slice_bounds(index, s, meta.size);
             let upto = end.min(last + 1);
-            // The range goes on past this slice: have the next one coming meanwhile.
-            if upto < end && self.stored(files, key, meta, index + 1).is_none() {
-                let (_, joined) = self.slice_fill(table, key, meta, index + 1, None, None);
-                if !joined {
-                    own_prefetch = Some(index + 1);
-                }
+            // The next slices coming meanwhile: the next one when the range goes
+            // on past this one, and `read_ahead_slices` of them for a viewer
+            // reading in order.
+            if upto < end || read_on {
+                own.extend(self.read_ahead(table, key, meta, index, upto < end));
             }
             match self.stored(files, key, meta, index) {
                 Some(slice) => {
@@ -140,7 +139,7 @@ impl Cache {
                 }
                 None => {
                     let (rx, joined) = self.slice_fill(table, key, meta, index, None, None);
-                    if joined && own_prefetch != Some(index) {
+                    if joined && !own.contains(&index) {
                         self.collapsed(table);
                     }
                     follow(io, rx, at - first, Some(upto - first), progress).await?;
@@ -151,6 +150,37 @@ impl Cache {
             at = upto;
         }
         Ok(())
+    }
+
+    /// Starts the fills of the slices after slice `index` of the object `meta`
+    /// describes that are neither stored nor being filled: the next one when
+    /// `next` (a range going on past this slice), and `read_ahead_slices` of
+    /// them. Returns the slices it started.
+    pub(super) fn read_ahead(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        meta: &Arc<ObjectMeta>,
+        index: u64,
+        next: bool,
+    ) -> Vec<u64> {
+        let configured = u64::from(self.origins.table(table).read_ahead_slices);
+        let n = configured.max(u64::from(next));
+        let slices = meta.size.div_ceil(self.slice_bytes);
+        let mut started = Vec::new();
+        for i in index + 1..(index + 1 + n).min(slices) {
+            if self.store.indexed(&key.hash, meta, i) || self.filling(&key.hash, i) {
+                continue;
+            }
+            let (_, joined) = self.slice_fill(table, key, meta, i, None, None);
+            if !joined {
+                if !(next && i == index + 1) {
+                    self.stats.read_ahead.add(1);
+                }
+                started.push(i);
+            }
+        }
+        started
     }
 
     /// Slice `index` of `key` in the version `meta` from the store, open, if it

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -26,6 +26,8 @@ enum Step {
 struct TestOrigin {
     port: u16,
     requests: Arc<AtomicUsize>,
+    /// When each request's head arrived.
+    asked_at: Arc<Mutex<Vec<Instant>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -36,19 +38,20 @@ impl TestOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let (requests, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let asked_at = Arc::new(Mutex::new(Vec::new()));
         let answer: Script = Arc::new(answer);
-        let (r, s) = (requests.clone(), stop.clone());
+        let (r, s, t) = (requests.clone(), stop.clone(), asked_at.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let (r, answer) = (r.clone(), answer.clone());
-                std::thread::spawn(move || serve(conn, &r, &answer));
+                let (r, t, answer) = (r.clone(), t.clone(), answer.clone());
+                std::thread::spawn(move || serve(conn, &r, &t, &answer));
             }
         });
-        TestOrigin { port, requests, stop }
+        TestOrigin { port, requests, asked_at, stop }
     }
 
     fn url(&self) -> String {
@@ -67,7 +70,7 @@ impl Drop for TestOrigin {
     }
 }
 
-fn serve(mut conn: TcpStream, requests: &AtomicUsize, answer: &Script) {
+fn serve(mut conn: TcpStream, requests: &AtomicUsize, asked_at: &Mutex<Vec<Instant>>, answer: &Script) {
     let mut buf = Vec::new();
     loop {
         let end = loop {
@@ -81,6 +84,7 @@ fn serve(mut conn: TcpStream, requests: &AtomicUsize, answer: &Script) {
             }
         };
         let head = String::from_utf8_lossy(&buf.drain(..end).collect::<Vec<u8>>()).into_owned();
+        asked_at.lock().unwrap().push(Instant::now());
         let n = requests.fetch_add(1, Ordering::SeqCst);
         for step in answer(n, &head) {
             match step {
@@ -246,7 +250,9 @@ fn refresh_ahead_replaces_a_playlist_before_it_expires() {
 /// Viewers in bursts further apart than the lifetime (as a live playlist's are,
 /// all released by one refresh): no hit falls in the refresh window, so a timer
 /// refreshes the copy and every burst after the first gets a fresh stored one.
-/// Once nobody asks for two lifetimes, the refreshes stop.
+/// After the first refresh (at the window's start) each is sent one origin
+/// round trip before expiry: about one per lifetime. Once nobody asks for two
+/// lifetimes, the refreshes stop.
 #[test]
 fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
     let origin = playlist_origin(30);
@@ -256,7 +262,7 @@ fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
     runtime().block_on(async {
         herd(&cache, &k, 5).await;
         for burst in 1..=3 {
-            tokio::time::sleep(Duration::from_millis(1600)).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
             for o in herd(&cache, &k, 5).await {
                 match &o {
                     Opened::Object { meta, status: CacheStatus::Hit } => {
@@ -266,9 +272,15 @@ fn refresh_ahead_keeps_a_playlist_fresh_between_bursts() {
                 }
             }
         }
-        let asked = origin.requests();
-        // About one refresh per 0.83 s over 4.8 s, and the first request.
-        assert!((5..=8).contains(&asked), "{asked} origin requests");
+        // The first request, a refresh at 0.8 s, then one per lifetime: each
+        // answer is fresh for 1 s from its arrival, and the next refresh is
+        // sent as long before its expiry as this one took (not at 0.8 s).
+        let at = origin.asked_at.lock().unwrap().clone();
+        assert!(at.len() >= 4, "{} origin requests", at.len());
+        for w in at[1..].windows(2) {
+            let gap = w[1] - w[0];
+            assert!(gap >= Duration::from_millis(900), "refreshes {gap:?} apart, for a lifetime of 1 s");
+        }
         // Nobody asks for 2 lifetimes: the refreshes stop.
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let stopped = origin.requests();
@@ -536,4 +548,86 @@ fn a_playlist_is_compressed_once_per_version_while_filling_or_stored() {
         assert!(Arc::ptr_eq(&again, g), "kept for the version");
         assert_eq!(origin.requests(), 1);
     });
+}
+
+/// An origin of one 4-slice object (`ETag: "t"`), answering each `Range` with
+/// exactly those bytes, and recording the ranges asked for.
+fn title_origin(ranges: Arc<Mutex<Vec<String>>>) -> (Vec<u8>, TestOrigin) {
+    let body: Vec<u8> = (0..4 * SLICE).map(|i| (i % 251) as u8).collect();
+    let b = body.clone();
+    let origin = TestOrigin::start(move |_, head| {
+        let range = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("range: bytes=").map(str::to_string))
+            .expect("a range request");
+        ranges.lock().unwrap().push(range.clone());
+        let (a, z) = range.split_once('-').unwrap();
+        let (a, z) = (a.parse::<usize>().unwrap(), z.parse::<usize>().unwrap().min(b.len() - 1));
+        let mut r = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{z}/{}\r\nContent-Length: {}\r\nETag: \"t\"\r\n\r\n",
+            b.len(),
+            z + 1 - a
+        )
+        .into_bytes();
+        r.extend_from_slice(&b[a..=z]);
+        vec![Step::Write(r)]
+    });
+    (body, origin)
+}
+
+/// Waits up to 5 s for slices `indices` of `key` to be stored.
+fn stored_soon(cache: &Cache, key: &Key, meta: &ObjectMeta, indices: &[u64]) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if indices.iter().all(|&i| cache.store.indexed(&key.hash, meta, i)) && cache.in_flight() == 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// `read_ahead_slices = 1`: the miss on slice 0 also fetches slice 1, once, and
+/// stored whole; a viewer reaching slice 1 fetches slice 2, and only that (the
+/// last slice has none after it). Off, a miss fetches its slice alone.
+#[test]
+fn read_ahead_fetches_the_next_slice_once() {
+    let rt = runtime();
+    for ahead in [0, 1] {
+        let ranges = Arc::new(Mutex::new(Vec::new()));
+        let (body, origin) = title_origin(ranges.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache_for(&origin.url(), &format!("read_ahead_slices = {ahead}"), dir.path());
+        let k = key("/live/title.mp4");
+        let opened = rt.block_on(herd(&cache, &k, 20));
+        let Opened::Object { meta, .. } = &opened[0] else { panic!("{:?}", opened[0]) };
+        assert_eq!(meta.size, body.len() as u64);
+        let want: Vec<u64> = (0..=ahead).collect();
+        assert!(stored_soon(&cache, &k, meta, &want), "slices {want:?} stored");
+        let slice = |i: u64| format!("{}-{}", i * SLICE, (i + 1) * SLICE - 1);
+        assert_eq!(*ranges.lock().unwrap(), want.iter().map(|&i| slice(i)).collect::<Vec<_>>());
+        let f = cache.store.slice(&k.hash, meta, ahead).unwrap();
+        assert_eq!(
+            read_all(&std::fs::File::open(&f.path).unwrap(), SLICE),
+            body[(ahead * SLICE) as usize..][..SLICE as usize]
+        );
+        if ahead == 0 {
+            assert_eq!(cache.stats.read_ahead.get(), 0);
+            assert!(!cache.store.indexed(&k.hash, meta, 1));
+            drop(origin);
+            continue;
+        }
+        assert_eq!(cache.stats.read_ahead.get(), 1);
+        // Reaching slice 1 (stored) and then slice 3, the last: slice 2 once.
+        for _ in 0..3 {
+            rt.block_on(async { cache.read_ahead(0, &k, meta, 1, false) });
+        }
+        assert!(rt.block_on(async { cache.read_ahead(0, &k, meta, 3, false) }).is_empty());
+        assert!(stored_soon(&cache, &k, meta, &[0, 1, 2]));
+        assert_eq!(ranges.lock().unwrap().len(), 3, "{:?}", ranges.lock().unwrap());
+        assert_eq!(ranges.lock().unwrap()[2], slice(2));
+        assert!(!cache.store.indexed(&k.hash, meta, 3));
+        assert_eq!(cache.stats.read_ahead.get(), 2);
+        drop(origin);
+    }
 }
