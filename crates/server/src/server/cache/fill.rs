@@ -184,6 +184,37 @@ impl Cache {
         (rx, false)
     }
 
+    /// Starts the fills of the slices after slice `index` of the object `meta`
+    /// describes that are neither stored nor being filled: the next one when
+    /// `next` (a range going on past this slice), and `read_ahead_slices` of
+    /// them. Returns the slices it started.
+    pub(super) fn read_ahead(
+        self: &Arc<Cache>,
+        table: usize,
+        key: &Arc<Key>,
+        meta: &Arc<ObjectMeta>,
+        index: u64,
+        next: bool,
+    ) -> Vec<u64> {
+        let configured = u64::from(self.origins.table(table).read_ahead_slices);
+        let n = configured.max(u64::from(next));
+        let slices = meta.size.div_ceil(self.slice_bytes);
+        let mut started = Vec::new();
+        for i in index + 1..(index + 1 + n).min(slices) {
+            if self.store.indexed(&key.hash, meta, i) || self.filling(&key.hash, i) {
+                continue;
+            }
+            let (_, joined) = self.slice_fill(table, key, meta, i, None, None);
+            if !joined {
+                if !(next && i == index + 1) {
+                    self.stats.read_ahead.add(1);
+                }
+                started.push(i);
+            }
+        }
+        started
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn run_fill(
         &self,
