@@ -35,7 +35,10 @@
 #   ORIGIN_LOG          the access log (the liar writes the same format into it)
 #   ORIGIN_ROOT         the catalogue directory
 #   ORIGIN_NS           the namespace's name
-# and installs an EXIT trap that runs origin_down before any EXIT trap already set
+# A process the test starts that writes into ORIGIN_ROOT (an encoder, a playlist
+# writer) is handed to `origin_writer PID`: origin_down stops it before it removes the
+# catalogue, so nothing writes into a directory being removed.
+# origin_up also installs an EXIT trap that runs origin_down before any EXIT trap already set
 # (so call it after start_work, or anything else that sets one without chaining), and
 # `exit` traps for INT, TERM and HUP unless they are trapped already. Call it in the
 # script's own shell, never in `$( )` (it keeps PIDs to wait for).
@@ -377,6 +380,10 @@ origin_up() {
 
     export ORIGIN_URL="http://127.0.0.1:$port/" ORIGIN_DIRECT_URL="http://$ORIGIN_IP/"
     export ORIGIN_LIAR_URL="http://127.0.0.1:$liar_port/" ORIGIN_LOG ORIGIN_ROOT ORIGIN_NS
+}
+
+origin_writer() { # PID: stopped (and waited for) by origin_down before the catalogue goes
+    origin_pids+=("$1")
 }
 
 origin_down() {

@@ -38,7 +38,7 @@ live_origin_up() {
         -f hls -hls_time 2 -hls_list_size 6 -hls_flags temp_file+program_date_time+independent_segments \
         -hls_segment_filename "$LIVE_DIR/seg%05d.ts" "$LIVE_DIR/stream.m3u8" > "$work/ffmpeg.log" 2>&1 &
     LIVE_FFMPEG_PID=$!
-    origin_pids+=("$LIVE_FFMPEG_PID")
+    origin_writer "$LIVE_FFMPEG_PID"
     local _
     for _ in $(seq 1 200); do
         [ "$(live_published)" -ge 3 ] && return 0
