@@ -37,7 +37,9 @@
 # directory, started and stopped by this script; no system service):
 #   linerate  `[[origin]]` prefix /live/ (docs/CACHE.md "Live"): every miss and
 #             every expired playlist is one origin request that all waiters share,
-#             and a segment's bytes go to every waiter as they arrive.
+#             and a segment's bytes go to every waiter as they arrive;
+#             refresh_ahead_percent = 20, so a playlist is revalidated in the
+#             background about one origin round trip before it expires.
 #   nginx     Debian 12's 1.22: proxy_cache with the origin's Cache-Control obeyed
 #             (proxy_cache_valid only for answers without it); proxy_cache_lock on,
 #             so one request fills a missing segment while the others wait (nginx
@@ -81,8 +83,9 @@
 #             to DIR/SERVER-ROUND.trace, to look into a percentile; linerate's
 #             access log (with each response's cache status) to
 #             DIR/linerate-ROUND.access.log.
-#   --linerate-origin  a line added to linerate's [[origin]] table, such as
-#             "refresh_ahead_percent = 20" (docs/CACHE.md, "Live").
+#   --linerate-origin  a line set in linerate's [[origin]] table (in place of the
+#             key's line there, if any), such as "refresh_ahead_percent = 0" (the
+#             table has 20, as docs/CACHE.md "Live" recommends).
 #   --quick   the short form: --viewers 200 --seconds 20 --rounds 1 (about two
 #             minutes), which fails on any error (a rebuffer is a result, reported:
 #             a loaded machine can cause one).
@@ -157,7 +160,10 @@ start_live() {
     case "$s" in
         linerate)
             live_linerate_conf "$work/empty" "$d/cache" > "$d/linerate.toml"
-            [ -z "$linerate_origin" ] || sed -i "/^urls = /a $linerate_origin" "$d/linerate.toml"
+            # The line replaces one setting the same key, or is added.
+            if [ -n "$linerate_origin" ]; then
+                sed -i "/^${linerate_origin%%[ =]*}[ =]/d; /^urls = /a $linerate_origin" "$d/linerate.toml"
+            fi
             local limits
             mapfile -t limits < <(loopback_limits)
             "$bin" serve --config "$d/linerate.toml" --workers 2 --log-level warn --admin 127.0.0.1:0 "${limits[@]}" \

@@ -12,12 +12,15 @@
 # can be compared with its file. ORIGIN_DELAY_MS as origin_up has it (default 10).
 #
 # live_linerate_conf ROOT CACHE_DIR: a linerate configuration with the pull-through
-# cache in front of the live directory (prefix /live/), its cache in CACHE_DIR.
+# cache in front of the live directory (prefix /live/), its cache in CACHE_DIR, as
+# docs/CACHE.md ("Live") recommends: playlists refreshed ahead of their expiry
+# (refresh_ahead_percent = 20).
 #
 # live_published: the segments the origin's playlist names now.
 # live_segment_counts [SINCE]: from the origin's log, how many segments were asked
 # for how many times, as "REQUESTS:SEGMENTS ..." ("1:40 " when each was asked once).
-# live_playlist_requests [SINCE]: the playlist's requests in the origin's log.
+# live_playlist_requests [SINCE [UNTIL]]: the playlist's requests in the origin's log
+# (those logged from SINCE, and before UNTIL, Unix seconds).
 
 live_origin_up() {
     # shellcheck disable=SC2034 # read by origin_up
@@ -52,7 +55,9 @@ live_origin_up() {
 
 live_published() { grep -c '^seg' "$LIVE_DIR/stream.m3u8" 2>/dev/null || echo 0; }
 
-live_linerate_conf() { origin_linerate_conf "$1" /live/ "${ORIGIN_URL}live/" "$2" 500_000_000; }
+live_linerate_conf() {
+    origin_linerate_conf "$1" /live/ "${ORIGIN_URL}live/" "$2" 500_000_000 | sed '/^urls = /a refresh_ahead_percent = 20'
+}
 
 live_segment_counts() {
     awk -F'\t' -v s="${1:-0}" '$1 >= s && $2 ~ /\/live\/seg[0-9]+\.ts / { split($2, r, " "); n[r[2]]++ }
@@ -60,5 +65,5 @@ live_segment_counts() {
 }
 
 live_playlist_requests() {
-    awk -F'\t' -v s="${1:-0}" '$1 >= s && $2 ~ /\/live\/stream\.m3u8 / { n++ } END { print n + 0 }' "$ORIGIN_LOG"
+    awk -F'\t' -v s="${1:-0}" -v u="${2:-1e18}" '$1 >= s && $1 < u && $2 ~ /\/live\/stream\.m3u8 / { n++ } END { print n + 0 }' "$ORIGIN_LOG"
 }

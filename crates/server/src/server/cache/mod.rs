@@ -288,15 +288,16 @@ impl Cache {
     }
 
     /// Under `refresh_ahead_percent`, a viewer got the fresh object `m` (`hit`:
-    /// from the store). Within the last `refresh_ahead_percent` of its lifetime,
-    /// a hit also starts its revalidation in the background, unless an origin
-    /// request for it is under way. Viewers keep getting the stored version,
-    /// which is still fresh, until the answer replaces it: none waits for the
-    /// origin, and a herd is not released at once when it comes (as happens to
-    /// the viewers that wait on the refresh of an expired live playlist, who then
-    /// all ask for the new segment together, before the origin has sent it). A
-    /// short-lived object is also kept fresh by a task of its own (`keep_fresh`),
-    /// started by its first viewer, for as long as viewers keep asking.
+    /// from the store). A short-lived object is kept fresh by a task of its own
+    /// (`keep_fresh`), started by its first viewer, for as long as viewers keep
+    /// asking. For a longer-lived one, a hit within the last
+    /// `refresh_ahead_percent` of its lifetime starts its revalidation in the
+    /// background, unless an origin request for it is under way. Viewers keep
+    /// getting the stored version, which is still fresh, until the answer
+    /// replaces it: none waits for the origin, and a herd is not released at once
+    /// when it comes (as happens to the viewers that wait on the refresh of an
+    /// expired live playlist, who then all ask for the new segment together,
+    /// before the origin has sent it).
     fn refresh_ahead(self: &Arc<Cache>, table: usize, key: &Arc<Key>, m: &Arc<ObjectMeta>, hit: bool) {
         let percent = i64::from(self.origins.table(table).refresh_ahead_percent);
         let lifetime = m.fresh_until_ms.saturating_sub(m.dated_at_ms);
@@ -304,11 +305,16 @@ impl Cache {
         if percent == 0 || m.status != 200 || lifetime <= 0 || now >= m.fresh_until_ms {
             return;
         }
-        if lifetime <= KEEP_FRESH_MAX_LIFETIME_MS && lock(&self.kept_fresh).insert(key.hash, now).is_none() {
-            // Weak: the task runs on the runtime the cache owns, and must not keep
-            // the cache (its store's threads and files) alive once dropped.
-            let (cache, key) = (Arc::downgrade(self), key.clone());
-            self.origins.spawn(Cache::keep_fresh(cache, table, key, percent));
+        if lifetime <= KEEP_FRESH_MAX_LIFETIME_MS {
+            // Its task alone refreshes it: a hit in the window would send the
+            // refresh at the window's start, once per lifetime less the window.
+            if lock(&self.kept_fresh).insert(key.hash, now).is_none() {
+                // Weak: the task runs on the runtime the cache owns, and must not
+                // keep the cache (its store's threads and files) alive once dropped.
+                let (cache, key) = (Arc::downgrade(self), key.clone());
+                self.origins.spawn(Cache::keep_fresh(cache, table, key, percent));
+            }
+            return;
         }
         // Saturating: a lifetime of centuries (a huge max-age) must not overflow.
         let window = lifetime.saturating_mul(percent) / 100;

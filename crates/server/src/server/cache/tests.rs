@@ -173,6 +173,18 @@ fn playlist_origin(delay_ms: u64) -> TestOrigin {
     })
 }
 
+/// The version a viewer got, which must be fresh: a stored copy (a hit), or the
+/// answer of a refresh under way it joined as the copy expired; never a stale one.
+fn fresh_version(o: &Opened) -> Option<Vec<u8>> {
+    match o {
+        Opened::Object { meta, status: CacheStatus::Hit | CacheStatus::Miss | CacheStatus::Revalidated } => {
+            assert!(unix_now_ms() < meta.fresh_until_ms + 5, "served past its lifetime");
+            meta.etag.clone()
+        }
+        _ => panic!("a viewer did not get a fresh version: {:?}", version(o)),
+    }
+}
+
 /// A playlist with a lifetime of 300 ms: a herd of 50 arriving as it expires
 /// makes one origin request, and each gets the new version; 50 arriving while it
 /// is fresh make none.
@@ -209,10 +221,11 @@ fn a_herd_on_an_expired_playlist_makes_one_origin_request() {
 }
 
 /// `refresh_ahead_percent = 50` on a playlist fresh for 1 s: under waves of
-/// viewers every 20 ms for 3 s, a hit past half the lifetime revalidates it in the
-/// background, so every viewer gets a fresh stored version at once (never a miss
-/// waiting for the origin, never a stale one), the version moves on, and the
-/// origin sees about one request per half lifetime plus its answer time.
+/// viewers every 20 ms for 3 s, its timer revalidates it in the background (first
+/// at half its lifetime, then one round trip before expiry), so every viewer gets
+/// a fresh version (never a stale one; a viewer who comes as the copy expires
+/// joins the refresh under way), the version moves on, and the origin sees about
+/// one request per lifetime.
 #[test]
 fn refresh_ahead_replaces_a_playlist_before_it_expires() {
     let origin = playlist_origin(50);
@@ -226,18 +239,12 @@ fn refresh_ahead_replaces_a_playlist_before_it_expires() {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(3) {
             for o in herd(&cache, &k, 5).await {
-                match &o {
-                    Opened::Object { meta, status: CacheStatus::Hit } => {
-                        assert!(unix_now_ms() < meta.fresh_until_ms + 5, "served past its lifetime");
-                        versions.insert(meta.etag.clone());
-                    }
-                    _ => panic!("a viewer did not get a stored, fresh version: {:?}", version(&o)),
-                }
+                versions.insert(fresh_version(&o));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let n = origin.requests() - 1;
-        assert!((4..=8).contains(&n), "3 s, refreshed past half of a 1 s lifetime: {n} requests");
+        assert!((2..=4).contains(&n), "3 s, refreshed once per 1 s lifetime: {n} requests");
         assert_eq!(cache.stats.refreshed_ahead.get() as usize, n, "each counted");
         assert!(versions.len() >= 4, "the version moved on: {versions:?}");
     });
@@ -630,4 +637,34 @@ fn read_ahead_fetches_the_next_slice_once() {
         assert_eq!(cache.stats.read_ahead.get(), 2);
         drop(origin);
     }
+}
+
+/// Viewers asking steadily (a wave every 10 ms) for a playlist kept fresh by
+/// `refresh_ahead_percent`: every one gets a fresh copy, and the origin is asked
+/// about once per lifetime, not once per lifetime less the window (as when a hit
+/// in the window also sent a refresh: 830-850 ms apart).
+#[test]
+fn refresh_ahead_under_steady_viewers_asks_once_per_lifetime() {
+    let origin = playlist_origin(30);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "default_ttl = \"1s\"\nrefresh_ahead_percent = 20", dir.path());
+    let k = key("/live/a.m3u8");
+    runtime().block_on(async {
+        herd(&cache, &k, 5).await;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(6500) {
+            for o in herd(&cache, &k, 5).await {
+                fresh_version(&o);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let at = origin.asked_at.lock().unwrap().clone();
+        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert!(at.len() <= 8, "{} origin requests in 6.5 s for a lifetime of 1 s: gaps {gaps:?} ms", at.len());
+        for g in &gaps[1..] {
+            assert!(*g >= 900, "refreshes {g} ms apart, for a lifetime of 1 s: {gaps:?}");
+        }
+    });
+    drop(origin);
+    drop(cache);
 }
