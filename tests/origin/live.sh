@@ -81,7 +81,7 @@ hlsjs_page() {
     local dir=$1 src=$2 tools=target/tools/hls.js-$HLSJS_VERSION tmp
     if [ ! -s "$tools/hls.min.js" ]; then
         echo "fetching hls.js $HLSJS_VERSION from the npm registry (once)" >&2
-        tmp=$(mktemp -d)
+        tmp=$(mktemp -d "${work:-${TMPDIR:-/tmp}}/npm.XXXXXX")
         mkdir -p "$tools"
         (cd "$tmp" && npm pack -q "hls.js@$HLSJS_VERSION" > /dev/null && tar xzf "hls.js-$HLSJS_VERSION.tgz" package/dist/hls.min.js) &&
             mv "$tmp/package/dist/hls.min.js" "$tools/hls.min.js" ||
