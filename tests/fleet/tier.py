@@ -138,15 +138,15 @@ def main():
     elif cmd == "kill":
         report, root, prefix, before, after, ups, cut_fills, p1_errors, big = args[:9]
         logs = args[9:]
-        big_attempts, big_same, big_err = big.split(":", 2)
+        big_attempts, big_same, big_kill_at, big_err = big.split(":", 3)
         j = json.load(open(report))
         errors = j["errors"]
         line = run_line("origin", root, prefix, before, after, j["errors_total"], logs).split(" ", 1)[1]
         kinds = ",".join("%s:%d" % kv for kv in errors.items() if kv[1]) or "-"
-        print("tier-kill edge_fills_cut=%s edge_requests_to_p1_failed=%s viewer_64MiB_attempts=%s viewer_bytes=%s "
+        print("tier-kill edge_fills_cut=%s edge_requests_to_p1_failed=%s viewer_bytes_at_kill=%s viewer_64MiB_attempts=%s viewer_bytes=%s "
               "bench_failed_requests=%d errors_by_kind=%s retried_segments=%d max_segment_attempts=%d "
               "unrecovered_segments=%d verified_bytes=%d rebuffers=%d parent_up_p1/p2=%s %s" % (
-                  cut_fills, p1_errors, big_attempts, big_same, j["errors_total"], kinds, j["retried_segments"],
+                  cut_fills, p1_errors, big_kill_at, big_attempts, big_same, j["errors_total"], kinds, j["retried_segments"],
                   j["max_segment_attempts"], j["unrecovered_segments"], j["verified_bytes"], j["rebuffers"], ups,
                   line))
         if big_err:

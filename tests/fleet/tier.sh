@@ -378,7 +378,7 @@ scenario_tier() {
 # (`curl -C -`, a Range request) and has the whole title, byte for byte, in at most
 # two attempts. Every edge shows p1 down and p2 up.
 scenario_tier_kill() {
-    local d=$1 s=$2 r=$3 z=$4 bench before after n up1 up2 ups="" cut=0 p1err=0 v big big_rc attempts same
+    local d=$1 s=$2 r=$3 z=$4 bench before after n up1 up2 ups="" cut=0 p1err=0 v big big_rc attempts same kill_at
     tier_fleet parents tier-kill
     tier_settle
     before=$(tier_origin_bytes)
@@ -391,7 +391,16 @@ scenario_tier_kill() {
     in_front curl -sS --max-time 60 -o "$work/big.bin" "http://$front_ip:8090/vod/$tier_big/v.bin" 2> "$work/big.err" &
     big=$!
     pids+=("$big")
-    sleep 1
+    # The kill waits until the viewer has its first 4 MiB: the edge is then
+    # streaming the title from p1 (about 3.6 s for 64 MiB at 150 Mbit/s), so the
+    # kill cuts that transfer. A fixed sleep did not: on a loaded machine the edge
+    # had not yet asked p1 when it died, failed over to p2 and nothing was cut.
+    for v in $(seq 1 400); do
+        [ "$(stat -c %s "$work/big.bin" 2>/dev/null || echo 0)" -lt 4194304 ] || break
+        kill -0 "$big" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill_at=$(stat -c %s "$work/big.bin" 2>/dev/null || echo 0)
     kill -KILL "${node_pid[p1]}"
     wait "${node_pid[p1]}" 2>/dev/null || true
     wait "$big" && big_rc=0 || big_rc=$?
@@ -419,5 +428,5 @@ scenario_tier_kill() {
     same=different
     cmp -s "$work/big.bin" "$work/tier-root/$tier_big/v.bin" && same=same
     python3 "$tier_py" kill "$work/tier-kill.json" "$work/tier-root" /vod/ "$before" "$after" "${ups%,}" \
-        "$cut" "$p1err" "$attempts:$same:$(head -c 200 "$work/big.err" | tr -s ' \n' '__')" "$work"/tier-kill-e*.access
+        "$cut" "$p1err" "$attempts:$same:$kill_at:$(head -c 200 "$work/big.err" | tr -s ' \n' '__')" "$work"/tier-kill-e*.access
 }
