@@ -400,11 +400,14 @@ scenario_drain() {
     [ "$slow_rc" = 0 ] && [ "$out" = same ] || fail "drain: the slow download from b did not finish whole (curl $slow_rc, $out)" || return 1
     [ "$rc" = 0 ] || fail "drain: node b exited $rc: $(tail -5 "$work/node-b.err")" || return 1
     # One agent interval, plus the 200 ms a bare agent check waits for the silence
-    # that tells it from an HTTP request, plus the sampler's 0.1 s period and 0.1 s.
+    # that tells it from an HTTP request, plus the sampler's 0.1 s period, plus
+    # 0.3 s for HAProxy's, the node's and the sampler's scheduling on a loaded
+    # machine (a CI run measured 1.26 s, the bound was then 1.4): still well under
+    # the two intervals a missed agent check would take.
     python3 - "$res" "$agent_inter" <<'PY' || return 1
 import sys
 kv = dict(x.split("=") for x in sys.argv[1].split())
-limit = float(sys.argv[2]) + 0.4
+limit = float(sys.argv[2]) + 0.6
 for key in ("last_new_session_s", "not_up_s"):
     if kv[key] == "none" or float(kv[key]) > limit:
         sys.exit("FAIL drain: %s = %s, more than one agent interval (%.1f s)" % (key, kv[key], limit))
