@@ -20,6 +20,11 @@
 #   delay p50/p99 s          from a segment's file appearing at the origin to its
 #                            last byte at a viewer (live latency added by the path)
 #   TTFB p99 ms              segment requests: request sent to status line
+#   joined the first fetch %  segment requests sent while the segment's first
+#                            request still waited for its first byte: they wait
+#                            on the origin whatever the cache (the viewers' own
+#                            timing), and make most of the TTFB p99
+#   TTFB p99 after ms        the TTFB p99 of the other segment requests
 #   rebuffers                segments that arrived after a player that started with
 #                            its three first ones would have needed them
 #   stale playlists          playlists a viewer got more than one segment behind
@@ -311,6 +316,8 @@ cpu = ticks / clk
 errors = v["errors"] + v["mismatches"] + v["gaps"]
 print(s, "%.3f" % (seg_req / max(len(segs), 1)), "%.2f" % (playlists / span), "%.3f" % (seg_bytes / max(distinct_bytes, 1)),
       "%.3f" % v["segment_delay_s"]["p50"], "%.3f" % v["segment_delay_s"]["p99"], "%.1f" % (v["segment_ttfb_s"]["p99"] * 1000),
+      "%.2f" % (100 * v["segment_requests_joining_the_first_fetch"] / max(v["segment_requests"], 1)),
+      "%.1f" % ((v["segment_ttfb_after_the_first_byte_s"]["p99"] or 0) * 1000),
       v["playlist_lag_segments"]["above_1"], v["rebuffers"], errors, "%.3f" % (served * 8 / v["duration_s"] / 1e9), "%.2f" % cpu,
       "%.2f" % (cpu / max(served / 1e9, 1e-9)), "%.0f" % (hwm / 1024))
 if v["mismatches"] or v["viewers_with_segments"] != v["viewers"] or (quick and errors):
@@ -321,7 +328,7 @@ if v["mismatches"] or v["viewers_with_segments"] != v["viewers"] or (quick and e
 if v["first_error"]:
     print("           %s: %d errors, first: %s" % (s, v["errors"], v["first_error"]), file=sys.stderr)
 PY
-    tail -1 "$work/results" | awk '{ printf "  %-8s origin req/segment %s  playlist req/s %s  bytes/segment byte %s  delay p50 %s s p99 %s s  TTFB p99 %s ms  stale playlists %s  rebuffers %s  errors %s  %s Gb/s  CPU %s s (%s s/GB)  peak RSS %s MB\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14 }'
+    tail -1 "$work/results" | awk '{ printf "  %-8s origin req/segment %s  playlist req/s %s  bytes/segment byte %s  delay p50 %s s p99 %s s  TTFB p99 %s ms (%s%% joined the first fetch; the others %s ms)  stale playlists %s  rebuffers %s  errors %s  %s Gb/s  CPU %s s (%s s/GB)  peak RSS %s MB\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 }'
 }
 
 {
@@ -338,4 +345,4 @@ done
 kill -0 "$LIVE_FFMPEG_PID" 2>/dev/null || { echo "the encoder stopped during the runs:" >&2; tail -5 "$work/ffmpeg.log" >&2; failed=1; }
 
 write_results "$out" "$work/results" "$rounds" 1 \
-    "server|origin req/segment|origin playlist req/s|origin bytes/segment byte|delay p50 s|delay p99 s|TTFB p99 ms|stale playlists|rebuffers|errors|Gb/s|server CPU-s|CPU-s/GB|peak RSS MB"
+    "server|origin req/segment|origin playlist req/s|origin bytes/segment byte|delay p50 s|delay p99 s|TTFB p99 ms|joined the first fetch %|TTFB p99 after ms|stale playlists|rebuffers|errors|Gb/s|server CPU-s|CPU-s/GB|peak RSS MB"

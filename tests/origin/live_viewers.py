@@ -16,7 +16,10 @@ Prints one JSON object: requests, errors and byte mismatches; each viewer's gaps
 segment skipped between two it fetched); segment delay (from the segment's file
 appearing at the origin, its mtime, to its last byte at the viewer; the three a
 viewer starts with left out) p50/p99/max; segment time to first byte (from the
-request's last byte sent to the response's status line) p50/p99/max; rebuffers, as a
+request's last byte sent to the response's status line) p50/p99/max, how many segment
+requests were sent while the segment's first request still waited for its first
+byte (they joined that origin fetch, so their TTFB is the origin's on any cache),
+and the TTFB p99 of the others; rebuffers, as a
 player would have them: it starts playing once the three segments it joins with
 have arrived, and a rebuffer is a later segment whose last byte arrives after the
 moment its playback should have started (playback then waits for it; their total
@@ -277,6 +280,23 @@ async def main():
     def r(x):
         return None if x is None else round(x, 3)
 
+    # Segment requests sent while the segment's first request still waited for
+    # its first byte joined that origin fetch: their TTFB is the origin's, on
+    # any cache. The rest could be answered from what the edge already had.
+    playlist_path = urlsplit(a.url).path
+    first = {}
+    for sent, path, ttfb, _ in sorted(totals.trace):
+        if path != playlist_path and path not in first:
+            first[path] = sent + ttfb
+    joined, after = 0, []
+    for sent, path, ttfb, _ in totals.trace:
+        if path == playlist_path:
+            continue
+        if sent < first[path]:
+            joined += 1
+        else:
+            after.append(ttfb)
+
     print(json.dumps({
         "viewers": a.viewers,
         "viewers_with_segments": totals.viewers_with_segments,
@@ -290,6 +310,8 @@ async def main():
         "errors": totals.errors,
         "first_error": totals.first_error,
         "segment_ttfb_s": {"p50": r(pct(totals.ttfbs, 50)), "p99": r(pct(totals.ttfbs, 99)), "max": r(max(totals.ttfbs, default=None))},
+        "segment_requests_joining_the_first_fetch": joined,
+        "segment_ttfb_after_the_first_byte_s": {"p99": r(pct(after, 99))},
         "rebuffers": totals.rebuffers,
         "stall_s": round(totals.stall_s, 3),
         "segment_delay_s": {"p50": r(pct(totals.delays, 50)), "p99": r(pct(totals.delays, 99)), "max": r(max(totals.delays, default=None))},
