@@ -280,6 +280,9 @@ async def main():
     def r(x):
         return None if x is None else round(x, 3)
 
+    def r4(x):  # times to first byte: to 0.1 ms
+        return None if x is None else round(x, 4)
+
     # Segment requests sent while the segment's first request still waited for
     # its first byte joined that origin fetch: their TTFB is the origin's, on
     # any cache. The rest could be answered from what the edge already had.
@@ -309,9 +312,9 @@ async def main():
         "gaps": totals.gaps,
         "errors": totals.errors,
         "first_error": totals.first_error,
-        "segment_ttfb_s": {"p50": r(pct(totals.ttfbs, 50)), "p99": r(pct(totals.ttfbs, 99)), "max": r(max(totals.ttfbs, default=None))},
+        "segment_ttfb_s": {"p50": r4(pct(totals.ttfbs, 50)), "p99": r4(pct(totals.ttfbs, 99)), "max": r4(max(totals.ttfbs, default=None))},
         "segment_requests_joining_the_first_fetch": joined,
-        "segment_ttfb_after_the_first_byte_s": {"p99": r(pct(after, 99))},
+        "segment_ttfb_after_the_first_byte_s": {"p99": r4(pct(after, 99))},
         "rebuffers": totals.rebuffers,
         "stall_s": round(totals.stall_s, 3),
         "segment_delay_s": {"p50": r(pct(totals.delays, 50)), "p99": r(pct(totals.delays, 99)), "max": r(max(totals.delays, default=None))},
