@@ -21,7 +21,7 @@
 #                            last byte at a viewer (live latency added by the path)
 #   TTFB p99 ms              segment requests: request sent to status line
 #   joined the first fetch %  segment requests sent while the segment's first
-#                            request still waited for its first byte: they wait
+#                            request (included) still waited for its first byte: they wait
 #                            on the origin whatever the cache (the viewers' own
 #                            timing), and make most of the TTFB p99
 #   TTFB p99 after ms        the TTFB p99 of the other segment requests

@@ -18,7 +18,8 @@ appearing at the origin, its mtime, to its last byte at the viewer; the three a
 viewer starts with left out) p50/p99/max; segment time to first byte (from the
 request's last byte sent to the response's status line) p50/p99/max, how many segment
 requests were sent while the segment's first request still waited for its first
-byte (they joined that origin fetch, so their TTFB is the origin's on any cache),
+byte (the first one included: they joined that origin fetch, so their TTFB is the
+origin's on any cache),
 and the TTFB p99 of the others; rebuffers, as a
 player would have them: it starts playing once the three segments it joins with
 have arrived, and a rebuffer is a later segment whose last byte arrives after the
