@@ -4,7 +4,10 @@
 //! URL and a list of file names. Order is popularity rank: the first title is the
 //! most popular one for the Zipf sampler. Each origin (scheme, host, port) is
 //! resolved once, and each title's size is discovered with a `HEAD` over one
-//! kept-alive connection per origin, before the run starts.
+//! kept-alive connection per origin, before the run starts; or, with
+//! `--sizes-from DIR`, read from the file of the same name under DIR, so that the
+//! server under test sees no request before the viewers' (a cache's `HEAD` of a
+//! cold title may start its fill).
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -116,6 +119,8 @@ fn parse(url: &str, relative: Option<PathBuf>) -> anyhow::Result<Entry> {
 pub(crate) struct Discovery<'a> {
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub verify_dir: Option<&'a Path>,
+    /// Titles sized from the files under this directory, not with a `HEAD`.
+    pub sizes_dir: Option<&'a Path>,
     pub timeout: Duration,
 }
 
@@ -150,6 +155,15 @@ pub(crate) async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discov
     let mut conns: Vec<Option<Conn>> = (0..origins.len()).map(|_| None).collect();
     let mut reader = ResponseReader::default();
     for (e, t) in entries.iter().zip(&mut titles) {
+        if let Some(dir) = opts.sizes_dir {
+            let file = dir.join(&e.relative);
+            let size = std::fs::metadata(&file)
+                .with_context(|| format!("--sizes-from: {} (for {}) is not readable", file.display(), e.url))?
+                .len();
+            anyhow::ensure!(size > 0, "--sizes-from: {} is empty: nothing to stream", file.display());
+            t.size_bytes = size;
+            continue;
+        }
         let head = format!("HEAD {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: linerate-bench\r\n\r\n", e.target, e.authority);
         let origin = &origins[t.origin];
         let mut attempts = 0;
@@ -266,5 +280,30 @@ mod tests {
         assert_eq!(joined[1], ("http://h:1/media/dir/b%20c.bin".to_string(), PathBuf::from("dir/b c.bin")));
         assert!(join_base("http://h", &["/abs".into()]).is_err());
         assert!(join_base("http://h", &[]).is_err());
+    }
+
+    #[test]
+    fn sizes_from_a_directory_ask_the_server_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        std::fs::write(dir.join("d/a b.bin"), vec![7u8; 1234]).unwrap();
+        std::fs::write(dir.join("empty.bin"), b"").unwrap();
+        let opts = Discovery { tls: None, verify_dir: None, sizes_dir: Some(&dir), timeout: Duration::from_secs(1) };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // Port 9 of a loopback address nobody listens on: a HEAD would fail.
+        let urls = |names: &[&str]| {
+            join_base("http://127.0.0.1:9/", &names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap()
+                .into_iter()
+                .map(|(u, p)| (u, Some(p)))
+                .collect::<Vec<_>>()
+        };
+        let c = rt.block_on(discover(urls(&["d/a b.bin"]), &opts)).unwrap();
+        assert_eq!(c.titles[0].size_bytes, 1234);
+        let missing = rt.block_on(discover(urls(&["nope.bin"]), &opts)).err().unwrap().to_string();
+        assert!(missing.contains("--sizes-from") && missing.contains("nope.bin"), "{missing}");
+        let empty = rt.block_on(discover(urls(&["empty.bin"]), &opts)).err().unwrap().to_string();
+        assert!(empty.contains("empty"), "{empty}");
     }
 }

@@ -88,7 +88,7 @@ pub struct BenchArgs {
         value_name = "URL",
         conflicts_with_all = [
             "url_list", "base_url", "files", "max_rate", "verify", "hot_titles", "zipf",
-            "bitrate_mbps", "segment_bytes", "startup_segments", "seed",
+            "bitrate_mbps", "segment_bytes", "startup_segments", "seed", "sizes_from",
         ]
     )]
     live: Option<String>,
@@ -133,6 +133,13 @@ pub struct BenchArgs {
     /// path relative to the base URL, or to `/` for a URL list).
     #[arg(long, value_name = "DIR")]
     verify: Option<PathBuf>,
+    /// Take each title's size from the file at the same path under DIR (as for
+    /// `--verify`) instead of asking the server with a `HEAD` before the run: the
+    /// server then sees the viewers' requests only. A cache answers a `HEAD` of a
+    /// cold title by starting its fill (some fetch the whole title), so without
+    /// this a "cold" crowd finds part of the title already on its way.
+    #[arg(long, value_name = "DIR")]
+    sizes_from: Option<PathBuf>,
     /// Trust the PEM certificates in FILE for HTTPS (instead of the system store).
     #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
     cacert: Option<PathBuf>,
@@ -186,6 +193,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.verify {
         anyhow::ensure!(dir.is_dir(), "--verify: {} is not a directory", dir.display());
     }
+    if let Some(dir) = &args.sizes_from {
+        anyhow::ensure!(dir.is_dir(), "--sizes-from: {} is not a directory", dir.display());
+    }
 
     let limit = linerate_sys::raise_nofile_limit().context("raising the open-file limit")?;
     let needed = u64::from(args.sessions) + SPARE_FDS;
@@ -214,7 +224,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let discovery = catalogue::Discovery { tls, verify_dir: args.verify.as_deref(), timeout: request_timeout };
+    let discovery = catalogue::Discovery {
+        tls,
+        verify_dir: args.verify.as_deref(),
+        sizes_dir: args.sizes_from.as_deref(),
+        timeout: request_timeout,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (catalogue, live) = match &args.live {
         Some(url) => {
