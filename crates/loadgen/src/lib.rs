@@ -3,7 +3,8 @@
 //! How the pieces fit:
 //!
 //! 1. `catalogue` turns `--url-list` or `--base-url`/`--files` into titles, resolves
-//!    each origin once and sizes each title with a `HEAD`.
+//!    each origin once and sizes each title with a `HEAD` (or from the files under
+//!    `--sizes-from`).
 //! 2. A `plan::Plan` fixes everything the run shares, read-only: catalogue,
 //!    `zipf` popularity, pacing, timeouts, start and end.
 //! 3. One `worker` thread per CPU (like the server) runs a current-thread tokio
