@@ -155,51 +155,18 @@ pub(crate) async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discov
     let mut conns: Vec<Option<Conn>> = (0..origins.len()).map(|_| None).collect();
     let mut reader = ResponseReader::default();
     for (e, t) in entries.iter().zip(&mut titles) {
-        if let Some(dir) = opts.sizes_dir {
+        let size = if let Some(dir) = opts.sizes_dir {
             let file = dir.join(&e.relative);
             let size = std::fs::metadata(&file)
                 .with_context(|| format!("--sizes-from: {} (for {}) is not readable", file.display(), e.url))?
                 .len();
             anyhow::ensure!(size > 0, "--sizes-from: {} is empty: nothing to stream", file.display());
-            t.size_bytes = size;
-            continue;
-        }
-        let head = format!("HEAD {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: linerate-bench\r\n\r\n", e.target, e.authority);
-        let origin = &origins[t.origin];
-        let mut attempts = 0;
-        let size = loop {
-            attempts += 1;
-            let conn = match &mut conns[t.origin] {
-                Some(c) => c,
-                slot => {
-                    let c = tokio::time::timeout(opts.timeout, Conn::open(origin.addr, origin.tls.as_ref()))
-                        .await
-                        .map_err(|_| anyhow::anyhow!("connecting to {}: timed out", origin.label))?
-                        .with_context(|| format!("connecting to {} ({})", origin.label, origin.addr))?;
-                    slot.insert(c)
-                }
-            };
-            reader.start(Expect::Head);
-            let mut first = None;
-            let r = tokio::time::timeout(
-                opts.timeout,
-                exchange(conn, head.as_bytes(), &mut reader, &bufs, &mut first, &mut |_, _| true),
-            )
-            .await
-            .map_err(|_| anyhow::anyhow!("HEAD {}: no response within {:?}", e.url, opts.timeout))?;
-            match r {
-                Ok(h) => {
-                    if h.close {
-                        conns[t.origin] = None;
-                    }
-                    break h.content_length;
-                }
-                // A kept-alive connection the server had closed: once more, fresh.
-                Err(_) if attempts == 1 && first.is_none() => conns[t.origin] = None,
-                Err(err) => bail!("HEAD {}: {err}", e.url),
-            }
+            size
+        } else {
+            let size = head_size(e, &origins[t.origin], &mut conns[t.origin], &mut reader, &bufs, opts.timeout).await?;
+            anyhow::ensure!(size > 0, "{} is empty: nothing to stream", e.url);
+            size
         };
-        anyhow::ensure!(size > 0, "{} is empty: nothing to stream", e.url);
         if let Some(local) = &t.local {
             let meta = std::fs::metadata(local)
                 .with_context(|| format!("--verify: {} (for {}) is not readable", local.display(), e.url))?;
@@ -214,6 +181,50 @@ pub(crate) async fn discover(urls: Vec<(String, Option<PathBuf>)>, opts: &Discov
         t.size_bytes = size;
     }
     Ok(Catalogue { origins, titles })
+}
+
+/// The size of the title `e` names, from a `HEAD` over the origin's kept-alive
+/// connection `conn` (opened when there is none; opened afresh, once, when the
+/// server had closed it).
+async fn head_size(
+    e: &Entry,
+    origin: &Origin,
+    conn: &mut Option<Conn>,
+    reader: &mut ResponseReader,
+    bufs: &RefCell<Buffers>,
+    timeout: Duration,
+) -> anyhow::Result<u64> {
+    let head = format!("HEAD {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: linerate-bench\r\n\r\n", e.target, e.authority);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let c = match &mut *conn {
+            Some(c) => c,
+            slot => {
+                let c = tokio::time::timeout(timeout, Conn::open(origin.addr, origin.tls.as_ref()))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("connecting to {}: timed out", origin.label))?
+                    .with_context(|| format!("connecting to {} ({})", origin.label, origin.addr))?;
+                slot.insert(c)
+            }
+        };
+        reader.start(Expect::Head);
+        let mut first = None;
+        let r = tokio::time::timeout(timeout, exchange(c, head.as_bytes(), reader, bufs, &mut first, &mut |_, _| true))
+            .await
+            .map_err(|_| anyhow::anyhow!("HEAD {}: no response within {:?}", e.url, timeout))?;
+        match r {
+            Ok(h) => {
+                if h.close {
+                    *conn = None;
+                }
+                return Ok(h.content_length);
+            }
+            // A kept-alive connection the server had closed: once more, fresh.
+            Err(_) if attempts == 1 && first.is_none() => *conn = None,
+            Err(err) => bail!("HEAD {}: {err}", e.url),
+        }
+    }
 }
 
 /// The catalogue of a live run (`--live URL`): the playlist's origin, resolved, and
@@ -304,6 +315,6 @@ mod tests {
         let missing = rt.block_on(discover(urls(&["nope.bin"]), &opts)).err().unwrap().to_string();
         assert!(missing.contains("--sizes-from") && missing.contains("nope.bin"), "{missing}");
         let empty = rt.block_on(discover(urls(&["empty.bin"]), &opts)).err().unwrap().to_string();
-        assert!(empty.contains("empty"), "{empty}");
+        assert!(empty.contains("nothing to stream"), "{empty}");
     }
 }
