@@ -120,8 +120,9 @@
 #             target/bench-origin.md and .json.
 #   --tail-titles  the tail's catalogue in titles (default: 4 x the cache): another
 #             cache size against the same catalogue.
-#   --access-log FILE  linerate's JSON access log of its last tail run kept as FILE,
-#             for bench/cache-model.py (eviction rules replayed on those requests);
+#   --access-log FILE  linerate's JSON access log of its last flash or tail run kept
+#             as FILE (the tail's when both run), for bench/cache-model.py (eviction
+#             rules replayed on a tail's requests) or a look at each response;
 #             the log costs linerate CPU in every workload: not for CPU figures.
 #   --linerate-origin  a line added to linerate's [[origin]] table, such as
 #             "read_ahead_slices = 1" (docs/CACHE.md, "Read-ahead").
@@ -335,6 +336,14 @@ run_bench() {
     fi
 }
 
+# keep_access_log SERVER: linerate's access log of the run just stopped kept as --access-log.
+keep_access_log() {
+    if [ -n "$access_log" ] && [ "$1" = linerate ]; then
+        mkdir -p "$(dirname "$access_log")"
+        mv "$work/linerate-access.json" "$access_log"
+    fi
+}
+
 clk=$(getconf CLK_TCK)
 failed=0 current=""
 
@@ -351,6 +360,7 @@ run_flash() { # SERVER
         --duration "$flash_duration" --bitrate-mbps 5 --startup-segments 3 --zipf 0 || exit 1
     origin_settle
     stop_server
+    keep_access_log "$s"
     python3 - "$work/flash.json" "$s" "$(origin_bytes)" "$(origin_requests)" "$title_bytes" "$ticks" "$clk" "$rss_kb" \
         >> "$work/res-flash" <<'PY'
 import json, sys
@@ -389,10 +399,7 @@ run_tail() { # SERVER
     wait "$watcher" "$sampler" 2>/dev/null || true
     origin_settle
     stop_server
-    if [ -n "$access_log" ] && [ "$s" = linerate ]; then
-        mkdir -p "$(dirname "$access_log")"
-        mv "$work/linerate-access.json" "$access_log"
-    fi
+    keep_access_log "$s"
     local t_play
     t_play=$(cat "$work/play-start")
     [ -n "$t_play" ] || { echo "the tail's sessions never connected" >&2; exit 1; }
