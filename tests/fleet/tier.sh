@@ -372,10 +372,10 @@ scenario_tier() {
 # verified run through the title hash; parent p1 killed a third into it (frozen, its
 # connections reset, kill -9: nothing it queued arrives), while a viewer (curl,
 # through HAProxy) downloads a cold 64 MiB title whose first-choice parent is p1, so
-# that the kill cuts at least that transfer. The bench's failed
-# requests are all transfers cut by the kill (no 5xx, no timeout, no wrong byte) and
-# each cut segment arrives on the player's next attempt: no segment needs more than
-# two attempts and none is left undelivered. The viewer cut resumes where it stopped
+# that the kill cuts at least that transfer. The bench's failed requests are all
+# transfers cut by the kill (no 5xx, no timeout, no wrong byte) and each cut segment
+# arrives on the player's next attempt: no segment needs more than two attempts and
+# none is left undelivered. The viewer cut resumes where it stopped
 # (`curl -C -`, a Range request) and has the whole title, byte for byte, in at most
 # two attempts. Every edge shows p1 down and p2 up.
 scenario_tier_kill() {
@@ -404,10 +404,10 @@ scenario_tier_kill() {
     kill_at=$(stat -c %s "$work/big.bin" 2>/dev/null || echo 0)
     # p1 dies as its host would: frozen, its connections reset (`ss -K`, so what it
     # had already queued in the kernel never arrives), then killed. A bare kill -9
-    # let the kernel deliver a slice p1 had written whole into its socket, and on
-    # one CI run nothing was cut.
+    # lets the kernel deliver a slice p1 had written whole into its socket: most
+    # likely why one CI run cut nothing.
     kill -STOP "${node_pid[p1]}"
-    reset=$(ip netns exec "$(node_ns p1)" ss -K -t -H state established 2>&1 | grep -c . || true)
+    reset=$(ip netns exec "$(node_ns p1)" ss -K -t -H state established | grep -c . || true)
     kill -KILL "${node_pid[p1]}"
     wait "${node_pid[p1]}" 2>/dev/null || true
     echo "tier-kill p1_connections_reset=$reset"
