@@ -88,6 +88,8 @@ pub(super) fn victims(candidates: Vec<Candidate>, density: &HashMap<(u64, u64), 
 /// One look at directory `dir`: measures its free space and, past a limit,
 /// removes the slices [`victims`] picks. Returns the bytes evicted.
 pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
+    // The gauges count only the shards whose records are applied.
+    s.load_all();
     let d = &s.dirs[dir];
     let free = match (s.free_bytes)(&d.path) {
         Ok(f) => f,
@@ -104,8 +106,8 @@ pub(super) fn pass(s: &Shared, dir: usize) -> u64 {
     let mut candidates = Vec::new();
     let now_ms = super::unix_ms();
     let pins = super::lock(&s.pins).clone();
-    for shard in &s.shards {
-        let shard = super::lock(shard);
+    for k in 0..s.shards.len() {
+        let shard = s.shard_at(k);
         for (key, e) in shard.objects.iter().filter(|(_, e)| e.dir == dir) {
             candidates.extend(e.slices.iter().map(|(&index, sl)| Candidate {
                 key: *key,

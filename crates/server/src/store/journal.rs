@@ -33,12 +33,14 @@
 //! order, so an object that moved directories ends as its newest record says.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use linerate_http::path::hex_digit;
 
+use super::shardmap::ShardMap;
 use super::{KeyHash, ObjectMeta};
 
 /// The first line of every journal: the format and its version.
@@ -242,6 +244,10 @@ fn parse_hex_u64(digits: &[u8]) -> Option<u64> {
 /// A journal read back.
 #[derive(Debug, Default)]
 pub(super) struct Replay {
+    /// A compacted part with a matching shard map: its records are not in
+    /// `records` (only those appended after it are), but read shard by shard
+    /// when needed ([`read_block`]).
+    pub sorted: Option<Sorted>,
     pub records: Vec<Record>,
     /// Lines past the header, good or not: what compaction weighs against the
     /// live records.
@@ -253,21 +259,34 @@ pub(super) struct Replay {
     pub torn_tail: bool,
 }
 
-/// Reads a journal; `Ok(None)` when there is none yet.
+/// The compacted part of a journal, described by its shard map.
+#[derive(Debug)]
+pub(super) struct Sorted {
+    pub file: Arc<File>,
+    pub map: ShardMap,
+}
+
+/// Reads a journal; `Ok(None)` when there is none yet. With a shard `map` that
+/// matches it, only what follows the compacted part is read (see [`shardmap`]).
 ///
 /// At open the index is all the cache waits for, and decoding costs more than
 /// reading: the journal is read in parts of whole lines, each decoded on one of
 /// a few threads while the next is read (the kernel asked to read it all ahead).
-pub(super) fn read(path: &Path) -> io::Result<Option<Replay>> {
-    read_in_parts(path, PART_BYTES)
+///
+/// [`shardmap`]: super::shardmap
+pub(super) fn read(path: &Path, map: Option<ShardMap>) -> io::Result<Option<Replay>> {
+    read_in_parts(path, map, PART_BYTES)
 }
 
-fn read_in_parts(path: &Path, part_bytes: usize) -> io::Result<Option<Replay>> {
+fn read_in_parts(path: &Path, map: Option<ShardMap>, part_bytes: usize) -> io::Result<Option<Replay>> {
     let file = match File::open(path) {
-        Ok(f) => f,
+        Ok(f) => Arc::new(f),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    if let Some(map) = map.filter(|m| m.matches(&file)) {
+        return read_tail(file, map, part_bytes).map(Some);
+    }
     // Advice only: without it the reads below still read ahead, in smaller steps.
     let _ = linerate_sys::pagecache::fadvise(
         std::os::fd::AsFd::as_fd(&file),
@@ -289,12 +308,49 @@ fn read_in_parts(path: &Path, part_bytes: usize) -> io::Result<Option<Replay>> {
         ));
     }
     first.drain(..HEADER.len());
-    let mut decoded = if parts.ended && parts.carry.is_empty() {
+    let decoded = if parts.ended && parts.carry.is_empty() {
         vec![decode_part(&first)]
     } else {
         decode_parts(first, &mut parts)?
     };
     let torn_tail = parts.read > HEADER.len() as u64 && parts.last != Some(b'\n');
+    Ok(Some(joined(decoded, torn_tail)))
+}
+
+/// The records appended after a journal's compacted part, and the part itself
+/// left to [`read_block`].
+fn read_tail(file: Arc<File>, map: ShardMap, part_bytes: usize) -> io::Result<Replay> {
+    // The blocks are read when needed, soon after: the kernel may as well start.
+    let _ = linerate_sys::pagecache::fadvise(
+        std::os::fd::AsFd::as_fd(&*file),
+        0,
+        map.sorted_end,
+        linerate_sys::pagecache::Advice::WillNeed,
+    );
+    (&*file).seek(SeekFrom::Start(map.sorted_end))?;
+    let mut parts = Parts { file: file.clone(), part_bytes, carry: Vec::new(), ended: false, read: 0, last: None };
+    let decoded = match parts.next()? {
+        None => Vec::new(),
+        Some(first) if parts.ended && parts.carry.is_empty() => vec![decode_part(&first)],
+        Some(first) => decode_parts(first, &mut parts)?,
+    };
+    // The compacted part ends with a whole line.
+    let torn_tail = parts.read > 0 && parts.last != Some(b'\n');
+    let mut replay = joined(decoded, torn_tail);
+    replay.lines += map.lines;
+    replay.sorted = Some(Sorted { file, map });
+    Ok(replay)
+}
+
+/// Decodes one shard's block of a compacted journal: `start..end` of `file`.
+pub(super) fn read_block(file: &File, start: u64, end: u64) -> io::Result<Replay> {
+    let mut bytes = vec![0; end.saturating_sub(start) as usize];
+    file.read_exact_at(&mut bytes, start)?;
+    Ok(decode_part(&bytes))
+}
+
+/// The parts' results as one, in order.
+fn joined(mut decoded: Vec<Replay>, torn_tail: bool) -> Replay {
     let mut replay = Replay { torn_tail, ..Replay::default() };
     replay.records.reserve_exact(decoded.iter().map(|d| d.records.len()).sum());
     for d in &mut decoded {
@@ -302,7 +358,7 @@ fn read_in_parts(path: &Path, part_bytes: usize) -> io::Result<Option<Replay>> {
         replay.lines += d.lines;
         replay.damaged += d.damaged;
     }
-    Ok(Some(replay))
+    replay
 }
 
 /// At most this many threads decode one journal.
@@ -361,7 +417,7 @@ fn decode_parts(first: Vec<u8>, parts: &mut Parts) -> io::Result<Vec<Replay>> {
 /// A journal file read in parts of whole lines (the last part may end without
 /// a newline: a torn tail).
 struct Parts {
-    file: File,
+    file: Arc<File>,
     part_bytes: usize,
     /// The start of a line the last part did not end.
     carry: Vec<u8>,
@@ -376,7 +432,7 @@ impl Parts {
         let mut buf = std::mem::take(&mut self.carry);
         while !self.ended {
             buf.reserve(self.part_bytes);
-            let n = io::Read::read_to_end(&mut io::Read::take(&mut self.file, self.part_bytes as u64), &mut buf)?;
+            let n = io::Read::read_to_end(&mut io::Read::take(&*self.file, self.part_bytes as u64), &mut buf)?;
             self.read += n as u64;
             if n > 0 {
                 self.last = buf.last().copied();
@@ -427,13 +483,16 @@ pub(super) struct Journal {
     file: Option<File>,
     /// Lines in the file past the header.
     pub lines: u64,
+    /// Of those, the lines of the compacted part a shard map describes (0: none):
+    /// the rest were appended since, and a start reads them all.
+    pub sorted_lines: u64,
     /// The last write may have left a partial line: start the next one afresh.
     torn: bool,
 }
 
 impl Journal {
-    pub(super) fn new(path: PathBuf, tmp: PathBuf, lines: u64, torn: bool) -> Journal {
-        Journal { path, tmp, file: None, lines, torn }
+    pub(super) fn new(path: PathBuf, tmp: PathBuf, lines: u64, sorted_lines: u64, torn: bool) -> Journal {
+        Journal { path, tmp, file: None, lines, sorted_lines, torn }
     }
 
     /// Appends one encoded record. No user-space buffer: once this returns, a
@@ -450,6 +509,7 @@ impl Journal {
                     let _ = std::fs::remove_file(&self.tmp);
                     Rewrite::create(self.tmp.clone())?.finish(&self.path)?;
                     self.lines = 0;
+                    self.sorted_lines = 0;
                     self.torn = false;
                     open_append(&self.path)?
                 }
@@ -481,10 +541,12 @@ impl Journal {
         self.file = None;
     }
 
-    /// After a new journal of `lines` lines was renamed over the old one.
-    pub(super) fn replaced(&mut self, lines: u64) {
+    /// After a new journal of `lines` lines was renamed over the old one
+    /// (`sorted_lines` of them described by a shard map).
+    pub(super) fn replaced(&mut self, lines: u64, sorted_lines: u64) {
         self.file = None;
         self.lines = lines;
+        self.sorted_lines = sorted_lines;
         self.torn = false;
     }
 }
@@ -500,6 +562,8 @@ pub(super) struct Rewrite {
     tmp: PathBuf,
     line: Vec<u8>,
     pub lines: u64,
+    /// Bytes written so far, the header included: where the next record starts.
+    pub bytes: u64,
 }
 
 impl Rewrite {
@@ -510,13 +574,14 @@ impl Rewrite {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        Ok(Rewrite { out, tmp, line: Vec::with_capacity(256), lines: 0 })
+        Ok(Rewrite { out, tmp, line: Vec::with_capacity(256), lines: 0, bytes: HEADER.len() as u64 })
     }
 
     pub(super) fn push(&mut self, record: &Record) -> io::Result<()> {
         self.line.clear();
         record.encode(&mut self.line);
         self.lines += 1;
+        self.bytes += self.line.len() as u64;
         self.out.write_all(&self.line)
     }
 
@@ -538,6 +603,13 @@ impl Rewrite {
         result.map(|()| lines)
     }
 
+    /// The device and inode of the new journal (kept by the rename).
+    pub(super) fn file_id(&self) -> io::Result<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.out.get_ref().metadata()?;
+        Ok((m.dev(), m.ino()))
+    }
+
     /// Gives up: removes the temporary file.
     pub(super) fn abandon(self) {
         let _ = std::fs::remove_file(&self.tmp);
@@ -550,7 +622,7 @@ pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// FNV-1a, 64 bits: catches a cut or garbled line; nobody forges a journal.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
@@ -699,7 +771,7 @@ mod tests {
     fn replay_skips_damaged_lines_and_notes_a_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index.journal");
-        assert!(read(&path).unwrap().is_none());
+        assert!(read(&path, None).unwrap().is_none());
         let mut bytes = HEADER.to_vec();
         let rs = records();
         rs[0].encode(&mut bytes);
@@ -709,22 +781,22 @@ mod tests {
         rs[2].encode(&mut last);
         bytes.extend_from_slice(&last[..10]);
         std::fs::write(&path, &bytes).unwrap();
-        let replay = read(&path).unwrap().unwrap();
+        let replay = read(&path, None).unwrap().unwrap();
         assert_eq!(replay.records, rs[..2]);
         assert_eq!((replay.lines, replay.damaged, replay.torn_tail), (4, 2, true));
         // The next append starts on a line of its own.
-        let mut j = Journal::new(path.clone(), dir.path().join("j.tmp"), replay.lines, replay.torn_tail);
+        let mut j = Journal::new(path.clone(), dir.path().join("j.tmp"), replay.lines, 0, replay.torn_tail);
         j.append(&last, false).unwrap();
-        let replay = read(&path).unwrap().unwrap();
+        let replay = read(&path, None).unwrap().unwrap();
         assert_eq!(replay.records, rs[..3]);
         assert!(!replay.torn_tail);
         // A journal removed is made anew.
         std::fs::remove_file(&path).unwrap();
         j.reopen();
         j.append(&last, false).unwrap();
-        assert_eq!(read(&path).unwrap().unwrap().records, rs[2..3]);
+        assert_eq!(read(&path, None).unwrap().unwrap().records, rs[2..3]);
         std::fs::write(&path, b"something else\n").unwrap();
-        assert_eq!(read(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(read(&path, None).unwrap_err().kind(), io::ErrorKind::InvalidData);
     }
 
     /// Read in parts of 512 bytes on several threads: every record in the
@@ -765,7 +837,7 @@ mod tests {
         bytes.extend_from_slice(&last[..last.len() - 3]);
         assert!(bytes.len() > 100 * 512, "{} bytes", bytes.len());
         std::fs::write(&path, &bytes).unwrap();
-        let read = |path| read_in_parts(path, 512);
+        let read = |path| read_in_parts(path, None, 512);
         let replay = read(&path).unwrap().unwrap();
         assert_eq!(replay.records.len(), written.len());
         assert!(replay.records == written, "every record, in order");
@@ -792,7 +864,7 @@ mod tests {
             w.push(&r).unwrap();
         }
         assert_eq!(w.finish(&path).unwrap(), 4);
-        assert_eq!(read(&path).unwrap().unwrap().records, records());
+        assert_eq!(read(&path, None).unwrap().unwrap().records, records());
         assert!(!dir.path().join("new").exists());
     }
 }

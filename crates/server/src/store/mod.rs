@@ -8,6 +8,8 @@
 //!
 //! ```text
 //! index.journal                      what the store knows (see below)
+//! index.shards                       where each shard's records start in the
+//!                                    journal's compacted part ([`shardmap`])
 //! slices/<k2>/<key>.<gen>.<index>    one file per slice: key hash in hex (<k2>: its
 //!                                    first two digits), the object's version, the
 //!                                    slice's number (byte offset / slice_bytes)
@@ -24,7 +26,12 @@
 //! drops, one line appended per change with one `write` (synced when
 //! `[cache] fsync`). `open` replays the journals of every directory, so hits are
 //! served at once, without walking the slice files. A journal is rewritten with
-//! only its live records once it holds more than twice as many ([`compact`]).
+//! only its live records once it holds more than twice as many ([`compact`]),
+//! and at a clean stop when much was appended since: shard by shard, with a
+//! shard map. With a map, `open` reads only what was appended after the
+//! compacted part; a shard's block is read and applied by the first lookup of
+//! that shard, or by the sweep's thread, which applies every shard before it
+//! sweeps (and the evictor, compaction and the gauges wait for all of them).
 //!
 //! # Crash safety
 //!
@@ -69,6 +76,7 @@ mod compact;
 mod dir;
 mod evict;
 mod journal;
+mod shardmap;
 mod sweep;
 
 use std::collections::HashMap;
@@ -84,7 +92,8 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_lc_rs::digest::{digest, SHA256};
 
 use self::dir::{unwritable_kind, Dir};
-use self::journal::{Journal, Record, Rewrite, SliceFile};
+use self::journal::{Journal, Record, Rewrite, SliceFile, Sorted};
+use self::shardmap::ShardMap;
 use crate::config::Cache as CacheConfig;
 
 /// The first 16 bytes of the SHA-256 of a cache key.
@@ -266,6 +275,9 @@ struct Shared {
     /// after every other slice, the manifest's last entries first.
     pins: Mutex<Arc<Pins>>,
     free_bytes: FreeBytes,
+    /// A shard's block of a compacted journal could not be read: the sweep
+    /// leaves the files alone (they would look unknown).
+    load_failed: AtomicBool,
     /// Set when the store is dropped: the threads end.
     stop: Mutex<bool>,
     wake: Condvar,
@@ -279,6 +291,19 @@ struct Shard {
     /// Slices between `begin_slice` and the end of their commit or abort, by
     /// `(key, index)`: the sweep leaves their files alone.
     writing: HashMap<(KeyHash, u64), Writing>,
+    /// After a start with shard maps, the records not applied yet: the first
+    /// [`Shared::shard_at`] of this shard applies them, before anything else
+    /// sees it.
+    pending: Option<Pending>,
+}
+
+/// A shard's records left to apply: blocks of compacted journals, and the
+/// records read at open (appended after those, or from journals without a map).
+#[derive(Default)]
+struct Pending {
+    /// `(dir, journal, start, end)`.
+    blocks: Vec<(usize, Arc<File>, u64, u64)>,
+    records: ShardRecords,
 }
 
 /// A slice being written.
@@ -367,6 +392,7 @@ impl Store {
         let run = format!("{:x}-{:x}-{}", std::process::id(), unix_ms(), OPENS.fetch_add(1, Ordering::Relaxed));
         let mut dirs = Vec::with_capacity(config.dirs.len());
         let mut records = Vec::new();
+        let mut sorted = Vec::new();
         let mut failures = Vec::new();
         for (i, c) in config.dirs.iter().enumerate() {
             let journal_path = Dir::journal_path(&c.path);
@@ -382,25 +408,27 @@ impl Store {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let replay = match journal::read(&journal_path) {
+            let replay = match journal::read(&journal_path, ShardMap::read(&shardmap::path(&c.path))) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(e.into()),
                 Err(e) => {
                     tracing::error!(dir = %c.path.display(), "cache journal unreadable, directory left empty: {e}");
                     failures.push((i, e));
-                    dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, 0, false), false));
+                    dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, 0, 0, false), false));
                     continue;
                 }
             };
-            let (lines, torn) = match replay {
+            let (lines, sorted_lines, torn) = match replay {
                 Some(r) => {
                     if r.damaged > 0 {
                         tracing::warn!(dir = %c.path.display(), "{} damaged journal lines skipped", r.damaged);
                     }
                     records.extend(r.records.into_iter().map(|rec| (i, rec)));
-                    (r.lines, r.torn_tail)
+                    let sorted_lines = r.sorted.as_ref().map_or(0, |p| p.map.lines);
+                    sorted.extend(r.sorted.map(|p| (i, p)));
+                    (r.lines, sorted_lines, r.torn_tail)
                 }
-                None if !prepared => (0, false),
+                None if !prepared => (0, 0, false),
                 None => {
                     // A new directory: an empty journal, renamed into place whole.
                     match Rewrite::create(journal_tmp.clone()).and_then(|w| w.finish(&journal_path)) {
@@ -408,13 +436,14 @@ impl Store {
                         Err(e) if unwritable_kind(&e) => failures.push((i, e)),
                         Err(e) => return Err(e.into()),
                     }
-                    (0, false)
+                    (0, 0, false)
                 }
             };
-            dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, lines, torn), true));
+            dirs.push(Dir::new(c, Journal::new(journal_path, journal_tmp, lines, sorted_lines, torn), true));
         }
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
-        let next_seq = replay(&mut shards, &dirs, records);
+        let next_seq =
+            if sorted.is_empty() { replay(&mut shards, &dirs, records) } else { defer(&mut shards, records, sorted) };
         let shared = Shared {
             slice_bytes: config.slice_bytes,
             fsync: config.fsync,
@@ -432,6 +461,7 @@ impl Store {
             wake: Condvar::new(),
             swept: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
+            load_failed: AtomicBool::new(false),
         };
         for (i, e) in failures {
             let _ = shared.dirs[i].failed(e, shared.now_ms(), shared.retry);
@@ -442,6 +472,9 @@ impl Store {
         let shared = Arc::new(shared);
         let sweeper = shared.clone();
         let mut threads = vec![std::thread::Builder::new().name("linerate-store-sweep".into()).spawn(move || {
+            // Shards a lookup has not needed yet are read here, before the sweep
+            // asks the index about every file.
+            sweeper.load_all_on_threads();
             sweep::sweep(&sweeper);
             sweeper.swept.store(true, Ordering::Release);
         })?];
@@ -492,6 +525,27 @@ impl Store {
 
     pub(crate) fn frozen(&self) -> bool {
         self.shared.frozen.load(Ordering::Acquire)
+    }
+
+    /// At a clean stop: rewrites each journal that had much appended since its
+    /// last compaction, with its shard map, so that the next start serves hits
+    /// at once instead of reading the whole journal first. Not after a hand-over
+    /// (the store is the new process's).
+    pub(crate) fn close(&self) {
+        if self.frozen() {
+            return;
+        }
+        let s = &*self.shared;
+        for dir in 0..s.dirs.len() {
+            let worth = {
+                let j = lock(&s.dirs[dir].journal);
+                compact::tail_worth_compacting(j.lines, j.sorted_lines)
+            };
+            if worth {
+                // A failure marks the directory (and is logged there).
+                let _ = compact::compact(s, dir, true);
+            }
+        }
     }
 
     /// The metadata stored under `key`; the caller compares its `key` field.
@@ -759,8 +813,11 @@ impl Store {
         }
     }
 
+    /// What the store holds; right after a start, once every shard's records
+    /// are applied (it applies those no lookup needed yet).
     pub(crate) fn stats(&self) -> StoreStats {
         let s = &*self.shared;
+        s.load_all();
         let now = s.now_ms();
         let mut stats = StoreStats::default();
         for d in &s.dirs {
@@ -797,11 +854,7 @@ fn replay(shards: &mut [Shard], dirs: &[Dir], records: Vec<(usize, Record)>) -> 
     let next_seq = records.iter().map(|(_, r)| r.seq()).max().map_or(1, |s| s + 1);
     let mut by_shard: Vec<ShardRecords> = (0..shards.len()).map(|_| ShardRecords::default()).collect();
     for (dir, r) in records {
-        let to = &mut by_shard[shard_of(r.key())];
-        match r {
-            Record::Object { .. } | Record::DropObject { .. } => to.objects.push((dir, r)),
-            Record::Slice { .. } | Record::DropSlice { .. } => to.slices.push((dir, r)),
-        }
+        by_shard[shard_of(r.key())].push(dir, r);
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
     let per_thread = shards.len().div_ceil(threads);
@@ -834,11 +887,37 @@ fn replay(shards: &mut [Shard], dirs: &[Dir], records: Vec<(usize, Record)>) -> 
     next_seq
 }
 
+/// Leaves the records to each shard's first use (a start with shard maps: see
+/// [`shardmap`]); returns the next sequence number.
+fn defer(shards: &mut [Shard], records: Vec<(usize, Record)>, sorted: Vec<(usize, Sorted)>) -> u64 {
+    let in_maps = sorted.iter().map(|(_, p)| p.map.max_seq).max().unwrap_or(0);
+    let next_seq = records.iter().map(|(_, r)| r.seq()).max().unwrap_or(0).max(in_maps) + 1;
+    for (k, shard) in shards.iter_mut().enumerate() {
+        let blocks = sorted.iter().map(|(dir, p)| (*dir, p.file.clone(), p.map.offsets[k], p.map.offsets[k + 1]));
+        shard.pending = Some(Pending { blocks: blocks.collect(), records: ShardRecords::default() });
+    }
+    for (dir, r) in records {
+        if let Some(p) = &mut shards[shard_of(r.key())].pending {
+            p.records.push(dir, r);
+        }
+    }
+    next_seq
+}
+
 /// One shard's records, split as `replay` applies them.
 #[derive(Default)]
 struct ShardRecords {
     objects: Vec<(usize, Record)>,
     slices: Vec<(usize, Record)>,
+}
+
+impl ShardRecords {
+    fn push(&mut self, dir: usize, r: Record) {
+        match r {
+            Record::Object { .. } | Record::DropObject { .. } => self.objects.push((dir, r)),
+            Record::Slice { .. } | Record::DropSlice { .. } => self.slices.push((dir, r)),
+        }
+    }
 }
 
 fn replay_shards(shards: &mut [Shard], records: &mut [ShardRecords], dirs: &[Dir]) {
@@ -934,7 +1013,70 @@ impl Shared {
     }
 
     fn shard(&self, key: &KeyHash) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[shard_of(key)])
+        self.shard_at(shard_of(key))
+    }
+
+    /// Shard `k`, its records applied (the only way to a shard: none is seen
+    /// before its records are).
+    fn shard_at(&self, k: usize) -> MutexGuard<'_, Shard> {
+        let mut shard = lock(&self.shards[k]);
+        if let Some(pending) = shard.pending.take() {
+            self.load(k, &mut shard, pending);
+        }
+        shard
+    }
+
+    /// Applies shard `k`'s pending records: its blocks read and decoded, then
+    /// all of them in sequence order, as a start without maps would.
+    fn load(&self, k: usize, shard: &mut Shard, pending: Pending) {
+        let mut records = pending.records;
+        for (dir, file, start, end) in pending.blocks {
+            let path = &self.dirs[dir].path;
+            match journal::read_block(&file, start, end) {
+                Ok(r) => {
+                    let before = records.objects.len() + records.slices.len();
+                    for rec in r.records.into_iter().filter(|rec| shard_of(rec.key()) == k) {
+                        records.push(dir, rec);
+                    }
+                    let misplaced =
+                        r.lines - r.damaged - (records.objects.len() + records.slices.len() - before) as u64;
+                    if r.damaged + misplaced > 0 {
+                        tracing::warn!(dir = %path.display(), shard = k, "{} damaged journal lines skipped", r.damaged + misplaced);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(dir = %path.display(), shard = k, "cache journal unreadable, its objects left out: {e}");
+                    self.load_failed.store(true, Ordering::Release);
+                }
+            }
+        }
+        replay_shards(std::slice::from_mut(shard), std::slice::from_mut(&mut records), &self.dirs);
+    }
+
+    /// Applies every shard's pending records.
+    fn load_all(&self) {
+        for k in 0..self.shards.len() {
+            drop(self.shard_at(k));
+        }
+    }
+
+    /// [`Shared::load_all`] on as many threads as there are cores (up to 8),
+    /// each taking every n-th shard (a shard a lookup took meanwhile is skipped).
+    fn load_all_on_threads(&self) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+        let load = |first: usize| {
+            for k in (first..self.shards.len()).step_by(threads) {
+                drop(self.shard_at(k));
+            }
+        };
+        std::thread::scope(|scope| {
+            for t in 1..threads {
+                // A thread that cannot be started leaves its shards to the pass below.
+                let _ = std::thread::Builder::new().name("linerate-replay".into()).spawn_scoped(scope, move || load(t));
+            }
+            load(0);
+        });
+        self.load_all();
     }
 
     fn next_seq(&self) -> u64 {

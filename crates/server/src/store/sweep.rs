@@ -24,6 +24,10 @@ pub(super) struct Swept {
 /// be read, every file would look unknown).
 pub(super) fn sweep(s: &Shared) -> Swept {
     let mut swept = Swept::default();
+    if s.load_failed.load(std::sync::atomic::Ordering::Acquire) {
+        tracing::warn!("cache sweep skipped: part of the index could not be read");
+        return swept;
+    }
     for (i, d) in s.dirs.iter().enumerate() {
         if !d.replayed {
             continue;

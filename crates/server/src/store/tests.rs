@@ -6,7 +6,8 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::journal::{self, hex, Record};
+use super::journal::{self, hex, Record, SliceFile};
+use super::shardmap::{self, ShardMap};
 use super::*;
 use crate::config::{Cache as CacheConfig, CacheDir};
 
@@ -135,7 +136,7 @@ fn objects_and_slices_survive_a_reopen() {
     assert_eq!(store.object(&key_hash(b"/vod/missing")).unwrap().status, 404);
     assert_eq!(store.stats().bytes, size);
     // The index lives in the journal, not in a walk of the files.
-    let lines = journal::read(&tmp.path().join("index.journal")).unwrap().unwrap();
+    let lines = journal::read(&tmp.path().join("index.journal"), None).unwrap().unwrap();
     assert_eq!(lines.records.len(), 6);
 }
 
@@ -384,7 +385,7 @@ fn replay_applies_records_in_sequence_order_across_directories() {
     let other = key_hash(b"other");
     store.put_object(&other, meta("other", SLICE, "e")).unwrap();
     let seqs = |dir: &Path| -> Vec<u64> {
-        journal::read(&dir.join("index.journal")).unwrap().unwrap().records.iter().map(Record::seq).collect()
+        journal::read(&dir.join("index.journal"), None).unwrap().unwrap().records.iter().map(Record::seq).collect()
     };
     assert!(seqs(a.path()).into_iter().chain(seqs(b.path())).filter(|&s| s > 9).count() == 1);
     assert_eq!(hex(&key).len(), 32);
@@ -774,7 +775,7 @@ fn the_evictor_runs_by_itself() {
 
 /// The records a journal holds, as a set of lines.
 fn journal_records(dir: &Path) -> Vec<Record> {
-    let mut r = journal::read(&dir.join("index.journal")).unwrap().unwrap().records;
+    let mut r = journal::read(&dir.join("index.journal"), None).unwrap().unwrap().records;
     r.sort_by_key(Record::seq);
     r
 }
@@ -816,8 +817,11 @@ fn compaction_keeps_exactly_the_live_records() {
 
     let before = journal_records(a.path());
     assert_eq!(compact::compact(&store.shared, 0, false).unwrap(), None, "short journals are left alone");
-    assert_eq!(compact::compact(&store.shared, 0, true).unwrap(), Some(4));
-    let after = journal_records(a.path());
+    assert_eq!(compact::compact(&store.shared, 0, true).unwrap(), Some(5));
+    let mut after = journal_records(a.path());
+    // First the token its shard map names.
+    let map = ShardMap::read(&shardmap::path(a.path())).unwrap();
+    assert_eq!(after.remove(0), shardmap::token_record(map.token));
     // The newest of each live record, as they were, sequence numbers included.
     let live = |r: &&Record| match r {
         Record::Object { key, meta, .. } => {
@@ -837,7 +841,7 @@ fn compaction_keeps_exactly_the_live_records() {
     assert_eq!(after, expected);
     assert_eq!(after.len(), 4, "x, its slices 0 and 2, and y");
     assert_eq!(journal_records(b.path()), b_before);
-    assert_eq!(store.shared.dirs[0].journal.lock().unwrap().lines, 4);
+    assert_eq!(store.shared.dirs[0].journal.lock().unwrap().lines, 5);
 
     // Appends go on in the new file, and a reopen sees the same store.
     fill(&store, &x, 1, SLICE);
@@ -923,24 +927,178 @@ fn open_time_with_100k_slices() {
     // The opens are measured with the files written back, not during it.
     let _ = std::process::Command::new("sync").status();
     let journal_bytes = std::fs::metadata(tmp.path().join("index.journal")).unwrap().len();
-    let mut opens = Vec::new();
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        let store = open(&cfg);
-        let opened = t.elapsed();
-        wait_for_sweep(&store);
-        let swept = t.elapsed();
-        assert_eq!(store.stats().slices, objects * slices);
-        let t = std::time::Instant::now();
-        for key in &keys {
-            assert!(slice_now(&store, key, slices - 1).is_some());
+    // Each open: returned, first hit looked up, sweep done (every shard read);
+    // then the mean lookup. First the journal as the fills left it, then as a
+    // clean stop leaves it (compacted, with its shard map).
+    let measure = || {
+        let mut opens = Vec::new();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let store = open(&cfg);
+            let opened = t.elapsed();
+            assert!(slice_now(&store, &keys[keys.len() / 2], slices - 1).is_some());
+            let first = t.elapsed();
+            wait_for_sweep(&store);
+            let swept = t.elapsed();
+            assert_eq!(store.stats().slices, objects * slices);
+            let t = std::time::Instant::now();
+            for key in &keys {
+                assert!(slice_now(&store, key, slices - 1).is_some());
+            }
+            opens.push((opened, first, swept, t.elapsed() / objects as u32));
         }
-        opens.push((opened, swept, t.elapsed() / objects as u32));
+        opens
+    };
+    let without_map = measure();
+    {
+        let store = open(&cfg);
+        wait_for_sweep(&store);
+        store.close();
     }
+    let _ = std::process::Command::new("sync").status();
+    let with_map = measure();
     eprintln!(
-        "built {} slices in {built:.2?} (journal {journal_bytes} bytes); open, sweep done, lookup: {opens:.2?}",
+        "built {} slices in {built:.2?} (journal {journal_bytes} bytes); open, first hit, sweep done, lookup:\n  \
+         whole journal read: {without_map:.2?}\n  with its shard map: {with_map:.2?}",
         objects * slices
     );
+}
+
+/// An object of the index: key, version, metadata, slices.
+type Indexed = (KeyHash, u64, ObjectMeta, Vec<(u64, SliceFile)>);
+
+/// Every object of the index with its version and slices, in key order.
+fn index_of(store: &Store) -> Vec<Indexed> {
+    let mut out = Vec::new();
+    for k in 0..store.shared.shards.len() {
+        let shard = store.shared.shard_at(k);
+        for (key, e) in &shard.objects {
+            let mut slices: Vec<_> = e.slices.iter().map(|(&i, s)| (i, s.file)).collect();
+            slices.sort_by_key(|(i, _)| *i);
+            out.push((*key, e.gen, (*e.meta).clone(), slices));
+        }
+    }
+    out.sort_by_key(|o| o.0);
+    out
+}
+
+/// A store of 300 two-slice objects, compacted with its shard map, then
+/// changed as fills and evictions change it (new versions, drops, new
+/// objects), and dropped without a clean stop: its journal has a tail.
+fn compacted_then_changed(dir: &Path) -> (Vec<KeyHash>, Vec<KeyHash>, Vec<KeyHash>) {
+    // No evictor: no compaction but the one below.
+    let options = no_evictor(Box::new(linerate_sys::free_bytes));
+    let store = Store::open_with(&config(&[dir], 1 << 30), Box::new(HashMap::new), options).unwrap();
+    let keys: Vec<KeyHash> = (0..300).map(|i| store_object(&store, &format!("/t/{i}"), 2 * SLICE, "e1")).collect();
+    assert!(compact::compact(&store.shared, 0, true).unwrap().is_some());
+    let mut replaced = Vec::new();
+    let mut dropped = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        match i % 10 {
+            0 => {
+                store.put_object(key, meta(&format!("/t/{i}"), 3 * SLICE, "e2")).unwrap();
+                fill(&store, key, 1, SLICE);
+                replaced.push(*key);
+            }
+            1 => {
+                store.drop_object(key, &store.object(key).unwrap());
+                dropped.push(*key);
+            }
+            2 => store.forget_slice(key, 1),
+            _ => {}
+        }
+    }
+    let added = (0..20).map(|i| store_object(&store, &format!("/new/{i}"), SLICE, "n")).collect();
+    (replaced, dropped, added)
+}
+
+#[test]
+fn a_start_with_a_shard_map_reads_shards_when_needed_and_ends_as_a_whole_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let (replaced, dropped, added) = compacted_then_changed(tmp.path());
+    let path = tmp.path().join("index.journal");
+    let map = ShardMap::read(&shardmap::path(tmp.path())).expect("compaction wrote a map");
+    // Only the records appended since the compaction are read at open.
+    let r = journal::read(&path, Some(map)).unwrap().unwrap();
+    assert!(r.sorted.is_some());
+    assert_eq!(r.records.len(), 30 * 2 + 30 + 30 + 20 * 2, "the tail: new versions, drops, new objects");
+    assert!(!r.torn_tail);
+    let lazy = {
+        let store = open(&cfg);
+        // Asked before anything else read the shards.
+        assert_eq!(store.object(&replaced[0]).unwrap().etag.as_deref(), Some(&b"e2"[..]));
+        assert!(store.object(&dropped[0]).is_none());
+        assert_eq!(read_slice(&store, &added[0], 0).unwrap(), bytes_of(&added[0], 0, SLICE));
+        wait_for_sweep(&store);
+        index_of(&store)
+    };
+    // The same journal read whole, as without a map.
+    std::fs::remove_file(shardmap::path(tmp.path())).unwrap();
+    let whole = index_of(&open(&cfg));
+    assert_eq!(lazy, whole);
+    assert_eq!(lazy.len(), 300 - 30 + 20);
+    let versions: Vec<_> = lazy.iter().filter(|o| o.2.etag.as_deref() == Some(&b"e2"[..])).collect();
+    assert_eq!(versions.len(), 30);
+    assert!(versions.iter().all(|o| o.3.iter().map(|s| s.0).eq([1])), "the new version's one slice");
+    let forgotten = lazy.iter().filter(|o| o.3.len() == 1 && o.2.etag.as_deref() == Some(&b"e1"[..])).count();
+    assert_eq!(forgotten, 30);
+    // Nothing the index holds was swept, nothing it does not is left.
+    let files = files_under(&tmp.path().join("slices")).len();
+    assert_eq!(files, lazy.iter().map(|o| o.3.len()).sum::<usize>());
+}
+
+#[test]
+fn a_shard_map_that_does_not_match_its_journal_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    compacted_then_changed(tmp.path());
+    let (path, map_path) = (tmp.path().join("index.journal"), shardmap::path(tmp.path()));
+    let map = ShardMap::read(&map_path).unwrap();
+    let expected = index_of(&open(&cfg));
+    let read = |map: &ShardMap| journal::read(&path, Some(map.clone())).unwrap().unwrap();
+    assert!(read(&map).sorted.is_some());
+    // Another token (a journal rewritten since), and another length.
+    let other = ShardMap { token: [9; 16], ..map.clone() };
+    assert!(read(&other).sorted.is_none());
+    let longer = ShardMap { sorted_end: u64::MAX / 2, ..map.clone() };
+    assert!(read(&longer).sorted.is_none());
+    // The same bytes in another file (a copy renamed over it): another inode.
+    let copy = tmp.path().join("copy");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+    let whole = read(&map);
+    assert!(whole.sorted.is_none());
+    assert!(whole.records.len() > 600, "every record read");
+    assert_eq!(index_of(&open(&cfg)), expected);
+}
+
+#[test]
+fn a_clean_stop_compacts_a_long_tail_and_maps_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(&[tmp.path()], 1 << 30);
+    let path = tmp.path().join("index.journal");
+    let expected = {
+        // No evictor: no compaction but at the stops.
+        let options = no_evictor(Box::new(linerate_sys::free_bytes));
+        let store = Store::open_with(&cfg, Box::new(HashMap::new), options).unwrap();
+        for i in 0..200 {
+            store_object(&store, &format!("/few/{i}"), SLICE, "e");
+        }
+        store.close();
+        assert!(ShardMap::read(&shardmap::path(tmp.path())).is_none(), "400 lines: not worth it");
+        for i in 0..600 {
+            store_object(&store, &format!("/many/{i}"), SLICE, "e");
+        }
+        store.close();
+        index_of(&store)
+    };
+    let map = ShardMap::read(&shardmap::path(tmp.path())).expect("a map");
+    let r = journal::read(&path, Some(map)).unwrap().unwrap();
+    assert!(r.sorted.is_some() && r.records.is_empty(), "nothing after the compacted part");
+    let store = open(&cfg);
+    assert_eq!(index_of(&store), expected);
+    assert_eq!(expected.len(), 800);
 }
 
 #[test]

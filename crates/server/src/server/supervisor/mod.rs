@@ -276,6 +276,10 @@ impl Running {
                 }
             }
         }
+        // The journals rewritten with their shard maps: the next start serves at once.
+        if let (false, Some(cache)) = (handed_over, &self.admin_state.cache) {
+            cache.store.close();
+        }
         if let Some(log) = &self.access_log {
             log.finish(Duration::from_secs(5));
         }
