@@ -284,16 +284,17 @@ fn read_in_parts(path: &Path, map: Option<ShardMap>, part_bytes: usize) -> io::R
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    if let Some(map) = map.filter(|m| m.matches(&file)) {
-        return read_tail(file, map, part_bytes).map(Some);
-    }
     // Advice only: without it the reads below still read ahead, in smaller steps.
+    // With a map, the compacted part's blocks are read soon after, when needed.
     let _ = linerate_sys::pagecache::fadvise(
-        std::os::fd::AsFd::as_fd(&file),
+        std::os::fd::AsFd::as_fd(&*file),
         0,
         0,
         linerate_sys::pagecache::Advice::WillNeed,
     );
+    if let Some(map) = map.filter(|m| m.matches(&file)) {
+        return read_tail(file, map, part_bytes).map(Some);
+    }
     let mut parts = Parts { file, part_bytes, carry: Vec::new(), ended: false, read: 0, last: None };
     let mut first = parts.next()?.unwrap_or_default();
     if !first.starts_with(HEADER) {
@@ -308,11 +309,7 @@ fn read_in_parts(path: &Path, map: Option<ShardMap>, part_bytes: usize) -> io::R
         ));
     }
     first.drain(..HEADER.len());
-    let decoded = if parts.ended && parts.carry.is_empty() {
-        vec![decode_part(&first)]
-    } else {
-        decode_parts(first, &mut parts)?
-    };
+    let decoded = decode_all(first, &mut parts)?;
     let torn_tail = parts.read > HEADER.len() as u64 && parts.last != Some(b'\n');
     Ok(Some(joined(decoded, torn_tail)))
 }
@@ -320,20 +317,10 @@ fn read_in_parts(path: &Path, map: Option<ShardMap>, part_bytes: usize) -> io::R
 /// The records appended after a journal's compacted part, and the part itself
 /// left to [`read_block`].
 fn read_tail(file: Arc<File>, map: ShardMap, part_bytes: usize) -> io::Result<Replay> {
-    // The blocks are read when needed, soon after: the kernel may as well start.
-    let _ = linerate_sys::pagecache::fadvise(
-        std::os::fd::AsFd::as_fd(&*file),
-        0,
-        map.sorted_end,
-        linerate_sys::pagecache::Advice::WillNeed,
-    );
     (&*file).seek(SeekFrom::Start(map.sorted_end))?;
     let mut parts = Parts { file: file.clone(), part_bytes, carry: Vec::new(), ended: false, read: 0, last: None };
-    let decoded = match parts.next()? {
-        None => Vec::new(),
-        Some(first) if parts.ended && parts.carry.is_empty() => vec![decode_part(&first)],
-        Some(first) => decode_parts(first, &mut parts)?,
-    };
+    let first = parts.next()?.unwrap_or_default();
+    let decoded = decode_all(first, &mut parts)?;
     // The compacted part ends with a whole line.
     let torn_tail = parts.read > 0 && parts.last != Some(b'\n');
     let mut replay = joined(decoded, torn_tail);
@@ -359,6 +346,16 @@ fn joined(mut decoded: Vec<Replay>, torn_tail: bool) -> Replay {
         replay.damaged += d.damaged;
     }
     replay
+}
+
+/// Decodes `first` and the parts after it: on this thread when `first` was all
+/// there is, else on a few.
+fn decode_all(first: Vec<u8>, parts: &mut Parts) -> io::Result<Vec<Replay>> {
+    if parts.ended && parts.carry.is_empty() {
+        Ok(vec![decode_part(&first)])
+    } else {
+        decode_parts(first, parts)
+    }
 }
 
 /// At most this many threads decode one journal.

@@ -1034,14 +1034,17 @@ impl Shared {
             let path = &self.dirs[dir].path;
             match journal::read_block(&file, start, end) {
                 Ok(r) => {
-                    let before = records.objects.len() + records.slices.len();
-                    for rec in r.records.into_iter().filter(|rec| shard_of(rec.key()) == k) {
-                        records.push(dir, rec);
+                    // A record of another shard here is as damaged as a bad line.
+                    let mut skipped = r.damaged;
+                    for rec in r.records {
+                        if shard_of(rec.key()) == k {
+                            records.push(dir, rec);
+                        } else {
+                            skipped += 1;
+                        }
                     }
-                    let misplaced =
-                        r.lines - r.damaged - (records.objects.len() + records.slices.len() - before) as u64;
-                    if r.damaged + misplaced > 0 {
-                        tracing::warn!(dir = %path.display(), shard = k, "{} damaged journal lines skipped", r.damaged + misplaced);
+                    if skipped > 0 {
+                        tracing::warn!(dir = %path.display(), shard = k, "{skipped} damaged journal lines skipped");
                     }
                 }
                 Err(e) => {
