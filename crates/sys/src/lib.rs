@@ -24,7 +24,8 @@
 //!   messages of `recvmsg`/`sendmsg`, `SO_ATTACH_REUSEPORT_CBPF`, the ethtool ioctl
 //!   (an `unsafe fn`: its soundness depends on the command matching the buffer)
 //!   and the guard-paged buffers some of its commands need, and the NUMA calls
-//!   (`set_mempolicy`, `get_mempolicy`, `mmap` + `mincore`);
+//!   (`set_mempolicy`, `get_mempolicy`, `mmap` + `mincore`), and `sched_setscheduler`
+//!   (for `SCHED_IDLE`);
 //! - every `unsafe` block carries a `SAFETY:` comment stating the invariant it relies
 //!   on, and every `unsafe fn` a `# Safety` section (both enforced by clippy:
 //!   `undocumented_unsafe_blocks`, `missing_safety_doc`);
@@ -350,6 +351,21 @@ pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
     Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
+/// Moves the calling thread (and the threads it starts afterwards) to the idle
+/// scheduling class, `SCHED_IDLE`: it runs when no thread of the normal class wants
+/// the CPU, so background work never delays the threads serving requests.
+pub fn set_current_thread_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread; `param` is an initialised
+    // `sched_param` that lives across the call, which only reads it.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// The CPU the calling thread is running on right now (`getcpu`).
 pub fn current_cpu() -> io::Result<usize> {
     Ok(rustix::thread::sched_getcpu())
@@ -485,6 +501,31 @@ mod tests {
         assert_eq!((n, &a[..2]), (2, &b"ij"[..]));
         assert_eq!(preadv(file.as_fd(), &mut [std::io::IoSliceMut::new(&mut a)], 10).unwrap(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The scheduling policy of a thread of this process (field 41 of its `stat`).
+    fn policy_of(tid: i32) -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // The command name (field 2) may hold spaces: count from after its ')'.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(41 - 3).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn idle_class_is_the_calling_threads_and_its_childrens_only() {
+        let me = rustix::thread::gettid().as_raw_nonzero().get();
+        std::thread::spawn(move || {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            assert_eq!(policy_of(tid), libc::SCHED_OTHER as u32);
+            set_current_thread_idle().unwrap();
+            assert_eq!(policy_of(tid), libc::SCHED_IDLE as u32);
+            let child =
+                std::thread::spawn(|| policy_of(rustix::thread::gettid().as_raw_nonzero().get())).join().unwrap();
+            assert_eq!(child, libc::SCHED_IDLE as u32, "a thread it starts inherits the class");
+        })
+        .join()
+        .unwrap();
+        assert_eq!(policy_of(me), libc::SCHED_OTHER as u32, "the other threads keep theirs");
     }
 
     #[test]

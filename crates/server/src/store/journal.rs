@@ -284,15 +284,18 @@ fn read_in_parts(path: &Path, map: Option<ShardMap>, part_bytes: usize) -> io::R
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    let map = map.filter(|m| m.matches(&file));
     // Advice only: without it the reads below still read ahead, in smaller steps.
-    // With a map, the compacted part's blocks are read soon after, when needed.
+    // With a map, only for what follows the compacted part: its blocks are read
+    // when first needed, and reading them all ahead would queue the first
+    // lookups' reads behind the whole journal's.
     let _ = linerate_sys::pagecache::fadvise(
         std::os::fd::AsFd::as_fd(&*file),
-        0,
+        map.as_ref().map_or(0, |m| m.sorted_end),
         0,
         linerate_sys::pagecache::Advice::WillNeed,
     );
-    if let Some(map) = map.filter(|m| m.matches(&file)) {
+    if let Some(map) = map {
         return read_tail(file, map, part_bytes).map(Some);
     }
     let mut parts = Parts { file, part_bytes, carry: Vec::new(), ended: false, read: 0, last: None };

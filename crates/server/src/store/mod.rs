@@ -110,8 +110,10 @@ pub(crate) fn key_hash(key: &[u8]) -> KeyHash {
 /// How long a directory that failed a write is left alone before it is tried again.
 pub(crate) const UNWRITABLE_RETRY: Duration = Duration::from_secs(30);
 
-/// Shards of the index: lookups of different keys rarely meet on one lock.
-const SHARDS: usize = 64;
+/// Shards of the index: lookups of different keys rarely meet on one lock, and
+/// after a start the first lookup of a key reads only its shard's block of the
+/// journal (about 1/1024 of it).
+const SHARDS: usize = 1024;
 
 /// Demand per byte of each file the page cache knows, by `(dev, ino)`: the
 /// admission's estimate, which ranks evictions.
@@ -473,7 +475,12 @@ impl Store {
         let sweeper = shared.clone();
         let mut threads = vec![std::thread::Builder::new().name("linerate-store-sweep".into()).spawn(move || {
             // Shards a lookup has not needed yet are read here, before the sweep
-            // asks the index about every file.
+            // asks the index about every file. This thread and the ones it starts
+            // run only when the workers leave a core idle: they must not delay the
+            // first requests after a start, whose lookups read their own shards.
+            if let Err(e) = linerate_sys::set_current_thread_idle() {
+                tracing::debug!(error = %e, "the store's load and sweep run at normal priority");
+            }
             sweeper.load_all_on_threads();
             sweep::sweep(&sweeper);
             sweeper.swept.store(true, Ordering::Release);
@@ -966,7 +973,7 @@ fn replay_shard(shard: &mut Shard, records: impl Iterator<Item = (usize, Record)
 }
 
 fn shard_of(key: &KeyHash) -> usize {
-    key[0] as usize % SHARDS
+    usize::from(u16::from_le_bytes([key[0], key[1]])) % SHARDS
 }
 
 fn remove_files(paths: &[PathBuf]) {

@@ -7,7 +7,7 @@
 //! its lines, its highest sequence number and the blocks' offsets:
 //!
 //! ```text
-//! linerate-shard-map 1 <dev> <ino> <token> <sorted_end> <lines> <max_seq> <offset>×(SHARDS+1) <checksum>
+//! linerate-shard-map 2 <dev> <ino> <token> <sorted_end> <lines> <max_seq> <offset>×(SHARDS+1) <checksum>
 //! ```
 //!
 //! At open, a map that matches its journal lets the store serve at once: the
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::journal::{self, Record};
 use super::{KeyHash, SHARDS};
 
-const MAGIC: &str = "linerate-shard-map 1";
+const MAGIC: &str = "linerate-shard-map 2";
 
 /// The map of one compacted journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl ShardMap {
 
     /// Reads the map at `path`; `None` if there is none or it is damaged.
     pub(super) fn read(path: &Path) -> Option<ShardMap> {
-        // A map is about 1.5 KB; anything much larger is not one.
+        // A map is about 10 KB (1,025 offsets); anything much larger is not one.
         let text = std::fs::read(path).ok().filter(|t| t.len() < 64 * 1024)?;
         ShardMap::decode(&text)
     }
@@ -164,5 +164,23 @@ mod tests {
         let mut unordered = m;
         unordered.offsets.swap(3, 4);
         assert_eq!(ShardMap::decode(&unordered.encode()), None, "offsets out of order");
+    }
+
+    #[test]
+    fn a_map_of_another_format_is_not_read() {
+        // Version 1 had 64 shards: a map it wrote is ignored here and the whole
+        // journal is read (a build of version 1 ignores this one's by its name).
+        let as_version = |m: &ShardMap, magic: &str| {
+            let text = String::from_utf8(m.encode()).unwrap().replacen(MAGIC, magic, 1);
+            let body = &text[..text.rfind(' ').unwrap()];
+            format!("{body} {:016x}\n", journal::fnv1a(body.as_bytes())).into_bytes()
+        };
+        assert_eq!(ShardMap::decode(&as_version(&map(), MAGIC)), Some(map()), "the test's own rewrite");
+        let mut v1 = map();
+        v1.offsets.truncate(65);
+        v1.sorted_end = *v1.offsets.last().unwrap();
+        assert_eq!(ShardMap::decode(&as_version(&v1, "linerate-shard-map 1")), None, "version 1");
+        assert_eq!(ShardMap::decode(&as_version(&v1, MAGIC)), None, "64 shards");
+        assert_eq!(ShardMap::decode(&as_version(&map(), "linerate-shard-map 1")), None, "the old name");
     }
 }
