@@ -4,7 +4,7 @@ slice cache's eviction, and prints each model's byte hit ratio per cache size.
 
     bench/cache-model.py ACCESS_LOG [--slice-mib 4] [--cache-mib 512,1024,1536]
                          [--policies demand,demand-only,lru,lru-trim20,arc,belady]
-                         [--user-agent linerate-bench]
+                         [--user-agent linerate-bench] [--heads keep|shuffle|drop]
 
 The log is the one `bench/origin.sh --access-log FILE` keeps of a tail run: it holds
 every GET range (and the HEADs that size each title) in the order they arrived.
@@ -32,12 +32,18 @@ bytes asked for. The models:
   belady       the offline optimum (evicts the slice asked for again the latest):
                an upper bound no online rule reaches.
 
+--heads asks what the bench's HEADs (one per title, in the catalogue's order, which
+is its order of popularity, before the viewers start) do to a model: `shuffle` sends
+the same HEADs at the same times for the titles in a random order (seeded), `drop`
+leaves them out (the viewers' first GETs then fetch the first slices, as origin bytes).
+
 Prints, per size and model, the byte hit ratio and the mean and peak bytes held.
 """
 
 import argparse
 import datetime
 import json
+import random
 from collections import OrderedDict
 
 MIB = 1 << 20
@@ -71,6 +77,20 @@ def load(path, user_agent, slice_bytes):
             events.append((t, (r["path"], i), hi - lo + 1, a <= i * slice_bytes, False, hi == (i + 1) * slice_bytes - 1))
     events.sort(key=lambda e: e[0])
     return events
+
+
+def with_heads(events, mode):
+    """The events with the HEADs kept, sent for titles in a random order, or dropped."""
+    if mode == "keep":
+        return events
+    heads = [e for e in events if e[4]]
+    rest = [e for e in events if not e[4]]
+    if mode == "drop":
+        return rest
+    keys = [e[1] for e in heads]
+    random.Random(1).shuffle(keys)
+    heads = [(e[0], k) + e[2:] for e, k in zip(heads, keys)]
+    return sorted(heads + rest, key=lambda e: e[0])
 
 
 class Held:
@@ -222,9 +242,10 @@ def main():
     ap.add_argument("--cache-mib", default="512,1024,1536")
     ap.add_argument("--policies", default="demand,demand-only,lru,lru-trim20,arc,belady")
     ap.add_argument("--user-agent", default="linerate-bench")
+    ap.add_argument("--heads", choices=("keep", "shuffle", "drop"), default="keep")
     a = ap.parse_args()
     slice_bytes = a.slice_mib * MIB
-    events = load(a.log, a.user_agent, slice_bytes)
+    events = with_heads(load(a.log, a.user_agent, slice_bytes), a.heads)
     if not any(e[2] for e in events):
         raise SystemExit("no GET ranges from %r in %s" % (a.user_agent, a.log))
     print("%d slice requests, %.0f MB asked for, %d MiB slices" %
