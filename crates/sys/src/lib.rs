@@ -355,10 +355,24 @@ pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
 /// scheduling class, `SCHED_IDLE`: it runs when no thread of the normal class wants
 /// the CPU, so background work never delays the threads serving requests.
 pub fn set_current_thread_idle() -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 names the calling thread; `param` is an initialised
-    // `sched_param` that lives across the call, which only reads it.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    /// The kernel's `struct sched_param`, one `int`. The syscall is made directly:
+    /// libc's struct differs between glibc and musl, and musl's
+    /// `sched_setscheduler` does not call the kernel.
+    #[repr(C)]
+    struct SchedParam {
+        sched_priority: libc::c_int,
+    }
+    let param = SchedParam { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread; `param` is an initialised struct of
+    // the kernel's layout that lives across the call, which only reads it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0 as libc::c_long,
+            libc::c_long::from(libc::SCHED_IDLE),
+            &param as *const SchedParam,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {
