@@ -353,7 +353,8 @@ pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
 
 /// Moves the calling thread (and the threads it starts afterwards) to the idle
 /// scheduling class, `SCHED_IDLE`: it runs when no thread of the normal class wants
-/// the CPU, so background work never delays the threads serving requests.
+/// the CPU, so background work does not take CPU time from the threads serving
+/// requests.
 pub fn set_current_thread_idle() -> io::Result<()> {
     /// The kernel's `struct sched_param`, one `int`. The syscall is made directly:
     /// libc's struct differs between glibc and musl, and musl's

@@ -479,7 +479,7 @@ impl Store {
             // run only when the workers leave a core idle: they must not delay the
             // first requests after a start, whose lookups read their own shards.
             if let Err(e) = linerate_sys::set_current_thread_idle() {
-                tracing::debug!(error = %e, "the store's load and sweep run at normal priority");
+                tracing::info!(error = %e, "SCHED_IDLE refused: the store's load and sweep run at normal priority");
             }
             sweeper.load_all_on_threads();
             sweep::sweep(&sweeper);
