@@ -86,6 +86,42 @@ impl Sink {
     }
 }
 
+/// How long bytes a fill has written may wait before its viewers are told, and
+/// how many: a fill tells its viewers of its first bytes at once, then of what
+/// came within a hold together. Each telling wakes every waiting viewer, on
+/// every worker, for a `sendfile` each; an origin answer comes in chunks of tens
+/// of KB, often several within a millisecond, and a wake per chunk cost more CPU
+/// than the bytes (docs/performance/origin.md, "Telling viewers less often").
+const HOLD: std::time::Duration = std::time::Duration::from_millis(1);
+const HOLD_BYTES: u64 = 256 * 1024;
+
+/// What a fill's viewers have been told of its bytes.
+#[derive(Default)]
+struct Publish {
+    told: u64,
+    /// When the bytes not told yet must be.
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Publish {
+    /// `written` bytes are in the file: tells the viewers now, or by the hold.
+    fn wrote(&mut self, tx: &watch::Sender<FillState>, written: u64) {
+        if self.told == 0 || written - self.told >= HOLD_BYTES {
+            self.now(tx, written);
+        } else if self.deadline.is_none() {
+            self.deadline = Some(tokio::time::Instant::now() + HOLD);
+        }
+    }
+
+    fn now(&mut self, tx: &watch::Sender<FillState>, written: u64) {
+        self.deadline = None;
+        if written != self.told {
+            self.told = written;
+            tx.send_modify(|s| s.written = written);
+        }
+    }
+}
+
 /// The first and last byte of slice `index` of an object of `size` bytes.
 pub(super) fn slice_bounds(index: u64, slice_bytes: u64, size: u64) -> (u64, u64) {
     let first = index * slice_bytes;
@@ -248,7 +284,24 @@ impl Cache {
         let mut sink = self.sink(key, meta, index, len);
         tx.send_modify(|s| s.file = Some(sink.file()));
         let mut written = 0u64;
-        while let Some(chunk) = response.chunk().await.map_err(Failure::origin)? {
+        let mut publish = Publish::default();
+        loop {
+            let next = response.chunk();
+            tokio::pin!(next);
+            // Bytes written but not told yet are told when the next chunk takes
+            // longer than the hold to come; the chunk's read goes on meanwhile
+            // (never dropped half-way).
+            let chunk = loop {
+                match publish.deadline {
+                    Some(at) => tokio::select! {
+                        biased;
+                        c = &mut next => break c,
+                        () = tokio::time::sleep_until(at) => publish.now(tx, written),
+                    },
+                    None => break next.await,
+                }
+            };
+            let Some(chunk) = chunk.map_err(Failure::origin)? else { break };
             if written + chunk.len() as u64 > len {
                 self.abort(sink);
                 return Err(Failure::BadResponse(format!("body longer than the {len} bytes asked for")));
@@ -261,13 +314,17 @@ impl Cache {
             }
             written += chunk.len() as u64;
             self.stats.origin_bytes.add(chunk.len() as u64);
-            tx.send_modify(|s| s.written = written);
+            publish.wrote(tx, written);
             match &pace {
                 Some((p, viewer)) if viewer.load(Ordering::Relaxed) => p.count(chunk.len() as u64),
-                Some((p, _)) => p.take(chunk.len() as u64).await,
+                Some((p, _)) => {
+                    publish.now(tx, written);
+                    p.take(chunk.len() as u64).await
+                }
                 None => {}
             }
         }
+        publish.now(tx, written);
         if written != len {
             self.abort(sink);
             return Err(Failure::BadResponse(format!("body of {written} bytes, {len} asked for")));
@@ -403,6 +460,34 @@ mod tests {
         assert_eq!(slice_bounds(0, 100, 250), (0, 99));
         assert_eq!(slice_bounds(2, 100, 250), (200, 249));
         assert_eq!(slice_bounds(1, 100, 200), (100, 199));
+    }
+
+    /// A fill tells its viewers of its first bytes at once, of later ones after a
+    /// hold or once a hold's worth of bytes is there, and only of new bytes.
+    #[test]
+    fn viewers_are_told_of_the_first_bytes_at_once_then_after_a_hold() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async {
+            let (tx, mut rx) = watch::channel(FillState::default());
+            let told = || rx.borrow().written;
+            let mut p = Publish::default();
+            p.wrote(&tx, 1000);
+            assert_eq!((told(), p.deadline), (1000, None));
+            let before = tokio::time::Instant::now();
+            p.wrote(&tx, 2000);
+            p.wrote(&tx, 3000);
+            assert_eq!(told(), 1000);
+            let due = p.deadline.expect("a deadline for the held bytes");
+            assert!(due >= before + HOLD && due <= tokio::time::Instant::now() + HOLD);
+            p.wrote(&tx, 1000 + HOLD_BYTES);
+            assert_eq!((told(), p.deadline), (1000 + HOLD_BYTES, None));
+            p.wrote(&tx, 2000 + HOLD_BYTES);
+            p.now(&tx, 2000 + HOLD_BYTES);
+            assert_eq!((told(), p.deadline), (2000 + HOLD_BYTES, None));
+            let version = rx.borrow_and_update().written;
+            p.now(&tx, 2000 + HOLD_BYTES);
+            assert!(!rx.has_changed().unwrap(), "nothing new, nothing told ({version})");
+        });
     }
 
     #[test]

@@ -678,3 +678,50 @@ fn refresh_ahead_under_steady_viewers_asks_once_per_lifetime() {
     drop(origin);
     drop(cache);
 }
+
+/// Bytes a fill holds back to tell its viewers of them together are told within
+/// the hold even when the origin then stalls: a viewer never waits on a stalled
+/// origin for bytes already written. The origin sends the slice's first 1000 bytes,
+/// 1000 more 30 ms later, then nothing for 1.5 s, then the rest.
+#[test]
+fn held_bytes_are_told_while_the_origin_stalls() {
+    let body: Vec<u8> = (0..SLICE).map(|i| (i % 251) as u8).collect();
+    let b = body.clone();
+    let origin = TestOrigin::start(move |_, _| {
+        let mut head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{}/{SLICE}\r\nContent-Length: {SLICE}\r\nETag: \"s\"\r\n\r\n",
+            SLICE - 1
+        )
+        .into_bytes();
+        head.extend_from_slice(&b[..1000]);
+        vec![
+            Step::Write(head),
+            Step::Sleep(30),
+            Step::Write(b[1000..2000].to_vec()),
+            Step::Sleep(1500),
+            Step::Write(b[2000..].to_vec()),
+        ]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "", dir.path());
+    let k = key("/live/stall.mp4");
+    let rt = runtime();
+    let started = Instant::now();
+    let opened = rt.block_on(herd(&cache, &k, 1));
+    let Opened::Object { meta, .. } = &opened[0] else { panic!("{:?}", opened[0]) };
+    let (mut rx, joined) = rt.block_on(async { cache.slice_fill(0, &k, meta, 0, None, None) });
+    assert!(joined, "the open started the fill of slice 0");
+    let told_2000 = rt.block_on(async {
+        loop {
+            if rx.borrow_and_update().written >= 2000 {
+                return started.elapsed();
+            }
+            rx.changed().await.expect("the fill goes on");
+        }
+    });
+    assert!(told_2000 < Duration::from_millis(800), "2000 bytes told after {told_2000:?}: not before the stall ended");
+    assert!(stored_soon(&cache, &k, meta, &[0]), "the slice stored once the rest came");
+    let f = cache.store.slice(&k.hash, meta, 0).unwrap();
+    assert_eq!(read_all(&std::fs::File::open(&f.path).unwrap(), SLICE), body);
+    assert_eq!(origin.requests(), 1);
+}
