@@ -301,8 +301,18 @@ impl Cache {
                     None => break next.await,
                 }
             };
-            let Some(chunk) = chunk.map_err(Failure::origin)? else { break };
+            // A failure tells what was written first: a viewer whose range ends
+            // within it is not cut.
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    publish.now(tx, written);
+                    return Err(Failure::origin(e));
+                }
+            };
+            let Some(chunk) = chunk else { break };
             if written + chunk.len() as u64 > len {
+                publish.now(tx, written);
                 self.abort(sink);
                 return Err(Failure::BadResponse(format!("body longer than the {len} bytes asked for")));
             }

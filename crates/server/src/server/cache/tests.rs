@@ -725,3 +725,37 @@ fn held_bytes_are_told_while_the_origin_stalls() {
     assert_eq!(read_all(&std::fs::File::open(&f.path).unwrap(), SLICE), body);
     assert_eq!(origin.requests(), 1);
 }
+
+/// A fill that fails tells its viewers of every byte it wrote first: a viewer
+/// whose range ends before the failure gets all of it, even when the failure
+/// comes within the hold. The origin sends 1000 bytes, 1000 more 30 ms later,
+/// and closes the connection at once.
+#[test]
+fn a_failing_fill_tells_what_it_wrote_before_it_ends() {
+    let body: Vec<u8> = (0..SLICE).map(|i| (i % 241) as u8).collect();
+    let b = body.clone();
+    let origin = TestOrigin::start(move |_, _| {
+        let mut head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{}/{SLICE}\r\nContent-Length: {SLICE}\r\nETag: \"c\"\r\n\r\n",
+            SLICE - 1
+        )
+        .into_bytes();
+        head.extend_from_slice(&b[..1000]);
+        vec![Step::Write(head), Step::Sleep(30), Step::Write(b[1000..2000].to_vec()), Step::Close]
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache_for(&origin.url(), "", dir.path());
+    let k = key("/live/cut.mp4");
+    let rt = runtime();
+    let opened = rt.block_on(herd(&cache, &k, 1));
+    let Opened::Object { meta, .. } = &opened[0] else { panic!("{:?}", opened[0]) };
+    let (mut io, mut progress) = (Sink::default(), crate::server::pagecache::Progress::default());
+    let sent = rt.block_on(async {
+        let (rx, joined) = cache.slice_fill(0, &k, meta, 0, None, None);
+        assert!(joined, "the open started the fill of slice 0");
+        serve::follow(&mut io, rx, 0, Some(2000), &mut progress).await
+    });
+    assert!(sent.is_ok(), "{sent:?}");
+    assert_eq!(io.0, body[..2000]);
+    assert!(!cache.store.indexed(&k.hash, meta, 0), "a cut slice is not kept");
+}
