@@ -17,10 +17,10 @@
 #
 #   bench/fleet.sh [--quick] [--no-tier] [--bin PATH]
 #
-# --quick: the short forms' sizes (tests/fleet/run and tests/fleet/tier: about six
-# minutes; the full form about twelve). --no-tier: the flat fleet's rows only (about
-# three minutes with --quick; scripts/test runs the tier's short form on its own,
-# tests/fleet/tier, with the same scenario functions). Needs root, haproxy and prometheus (and
+# --quick: the short forms' sizes (about six minutes; the full form about twelve).
+# --no-tier: the flat fleet's rows only (about three minutes with --quick). With both,
+# this is tests/fleet/run, which scripts/test runs; scripts/test runs the tier's short
+# form on its own, tests/fleet/tier, with the same scenario functions. Needs root, haproxy and prometheus (and
 # SeaweedFS, fetched once); FLEET_KEEP=DIR keeps the logs, configurations and samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -91,8 +91,8 @@
 #   --linerate-origin  a line set in linerate's [[origin]] table (in place of the
 #             key's line there, if any), such as "refresh_ahead_percent = 0" (the
 #             table has 20, as docs/CACHE.md "Live" recommends).
-#   --quick   the short form: --viewers 200 --seconds 20 --rounds 1 (about two
-#             minutes), which fails on any error (a rebuffer is a result, reported:
+#   --quick   the short form: --viewers 200 --seconds 10 --rounds 1 (about a
+#             minute), which fails on any error (a rebuffer is a result, reported:
 #             a loaded machine can cause one).
 #
 # Fails (exit 1) when a server does not start or does not serve the playlist, a run
@@ -109,7 +109,7 @@ cd "$(dirname "$0")/.."
 
 servers="linerate nginx ats varnish" viewers=1000 seconds=30 rounds=2 ramp=100 delay_ms=10
 out=target/bench-live bin="" quick=0 trace="" linerate_origin=""
-parse_flags 2,93 "--quick:quick=1 viewers=200 seconds=20 rounds=1" --servers=servers --viewers=viewers --seconds=seconds --rounds=rounds --ramp=ramp \
+parse_flags 2,93 "--quick:quick=1 viewers=200 seconds=10 rounds=1" --servers=servers --viewers=viewers --seconds=seconds --rounds=rounds --ramp=ramp \
     --delay-ms=delay_ms --out=out --bin=bin --trace=trace \
     --linerate-origin=linerate_origin -- "$@"
 for s in $servers; do
