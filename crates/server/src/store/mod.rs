@@ -716,6 +716,12 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir_all(d.tmp()).and_then(|()| create()),
             r => r,
         };
+        // The slice's blocks reserved at once: the fill's writes then cost the
+        // writer less CPU (tail, bench/origin.sh: 4.6% less CPU per GB served at
+        // the median). Only an optimisation: where it fails, the writes allocate.
+        if let Ok(file) = &file {
+            let _ = linerate_sys::preallocate(std::os::fd::AsFd::as_fd(file), len);
+        }
         match file {
             Ok(file) => Ok(SliceWriter {
                 shared: s.clone(),
