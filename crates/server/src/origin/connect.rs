@@ -64,6 +64,8 @@ pub(super) struct Conn {
     pub(super) ended: oneshot::Receiver<Result<(), hyper::Error>>,
     /// When it was last put back idle.
     since: Instant,
+    /// The origin thread its task runs on ([`super::runtime::current`]).
+    home: Option<super::runtime::Thread>,
 }
 
 impl Url {
@@ -113,7 +115,7 @@ impl Url {
         tokio::spawn(async move {
             let _ = done.send(connection.await);
         });
-        Ok(Conn { sender, ended, since: Instant::now() })
+        Ok(Conn { sender, ended, since: Instant::now(), home: super::runtime::current() })
     }
 
     /// TCP to the first address of the host that answers, then TLS for `https`.
@@ -151,12 +153,18 @@ impl Url {
         }
     }
 
-    /// The newest idle connection still open and not expired.
+    /// The newest idle connection still open, not expired, and opened on the
+    /// calling origin thread (closed and expired ones met on the way go).
     pub(super) fn take_idle(&self) -> Option<Conn> {
+        let here = super::runtime::current();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(conn) = idle.pop_back() {
-            if conn.usable() {
-                return Some(conn);
+        let mut i = idle.len();
+        while i > 0 {
+            i -= 1;
+            if !idle[i].usable() {
+                idle.remove(i);
+            } else if idle[i].home == here {
+                return idle.remove(i);
             }
         }
         None

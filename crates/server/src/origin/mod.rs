@@ -30,7 +30,8 @@
 //! A head over [`HEAD_LIMIT_BYTES`] is refused.
 //!
 //! **Pool.** A connection whose body was read to its end goes back to its URL's
-//! pool (at most the table's `max_idle_connections`, the newest reused first);
+//! pool (at most the table's `max_idle_connections`, the newest reused first,
+//! and only by a request on the origin thread that opened it);
 //! an idle connection is closed after [`IDLE_CONNECTION_SECS`], or when the
 //! origin closes it. A request that finds its pooled connection closed before
 //! any answer (the origin closed it meanwhile) is sent again on another one, a
@@ -299,6 +300,12 @@ impl Origins {
     /// Runs `fut` on the origin runtime.
     pub(crate) fn spawn<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
         self.runtime.spawn(fut);
+    }
+
+    /// Runs `fut` on the calling origin thread (elsewhere, as [`Origins::spawn`]):
+    /// for work that goes on reading a response this thread's connection carries.
+    pub(crate) fn spawn_here<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        self.runtime.spawn_here(fut);
     }
 
     /// Sends `req` to table `table`'s URLs in order: on a connect error, a connect

@@ -244,6 +244,36 @@ fn tasks_run_on_the_named_origin_threads() {
     assert_eq!(names, ["linerate-origin0", "linerate-origin0", "linerate-origin1", "linerate-origin1"]);
 }
 
+#[test]
+fn spawn_here_stays_on_the_calling_origin_thread() {
+    let origins = Origins::start(&[], &[], 2).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..4 {
+        let (o, tx) = (origins.clone(), tx.clone());
+        origins.spawn(async move {
+            let spawner = runtime::current();
+            o.spawn_here(async move { tx.send((spawner, runtime::current())).unwrap() });
+        });
+    }
+    let mut threads = Vec::new();
+    for _ in 0..4 {
+        let (spawner, ran) = rx.recv().unwrap();
+        assert_eq!(spawner, ran);
+        threads.push(ran.expect("on an origin thread").1);
+    }
+    threads.sort();
+    assert_eq!(threads, [0, 0, 1, 1], "spawned in turn, each then kept on its thread");
+    // From outside the origin threads: in turn, as `spawn`.
+    assert_eq!(runtime::current(), None);
+    for _ in 0..2 {
+        let tx = tx.clone();
+        origins.spawn_here(async move { tx.send((None, runtime::current())).unwrap() });
+    }
+    let mut outside: Vec<usize> = (0..2).map(|_| rx.recv().unwrap().1.unwrap().1).collect();
+    outside.sort();
+    assert_eq!(outside, [0, 1]);
+}
+
 #[tokio::test]
 async fn the_request_carries_exactly_linerates_fields() {
     let server = Server::start(|n| match n {
@@ -492,6 +522,29 @@ async fn keep_alive_reuses_one_connection_until_the_origin_closes_it() {
     // The pooled handle of the closed connection is never used again.
     let third = fetch(&origins, 0, get("3")).await.unwrap();
     assert_eq!((third.status, server.accepts()), (200, 2));
+}
+
+#[tokio::test]
+async fn a_pooled_connection_is_reused_only_on_the_origin_thread_that_opened_it() {
+    let server = Server::start(|_| Reply::Keep(ok("x"))).await;
+    let origins = Origins::start(&[table("/a/", &[server.url()])], &[], 2).unwrap();
+    // Tasks go to the two threads in turn: each opens one connection, then
+    // reuses its own, never the other thread's.
+    let mut threads = Vec::new();
+    for n in 0..6 {
+        let got = on_origin(&origins, move |o| async move {
+            let mut r = o.fetch(0, &get(&n.to_string())).await?;
+            while r.chunk().await?.is_some() {}
+            Ok::<_, OriginError>(runtime::current())
+        })
+        .await
+        .unwrap();
+        threads.push(got.expect("on an origin thread").1);
+    }
+    threads.sort();
+    assert_eq!(threads, [0, 0, 0, 1, 1, 1]);
+    assert_eq!(server.accepts(), 2, "one connection per thread");
+    assert_eq!(origins.tables[0].urls[0].idle_count(), 2);
 }
 
 #[tokio::test]

@@ -200,7 +200,10 @@ impl Cache {
         self.stats.fills.add(1);
         let own = rx.clone();
         let (cache, key, meta) = (self.clone(), key.clone(), meta.clone());
-        self.origins.spawn(async move {
+        // A fill that takes over an open's response stays on the open's thread,
+        // where that response's connection runs.
+        let here = response.is_some();
+        let fill = async move {
             let pace = pace.map(|p| (p, viewer));
             let result = cache.run_fill(table, &key, &meta, index, response, &tx, pace).await;
             if let Err(f) = &result {
@@ -217,7 +220,12 @@ impl Cache {
             if fills.get(&(key.hash, index)).is_some_and(|(_, rx, _)| rx.same_channel(&own)) {
                 fills.remove(&(key.hash, index));
             }
-        });
+        };
+        if here {
+            self.origins.spawn_here(fill);
+        } else {
+            self.origins.spawn(fill);
+        }
         (rx, false)
     }
 

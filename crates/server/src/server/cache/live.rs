@@ -122,7 +122,8 @@ impl Cache {
         }
         self.stats.fills.add(1);
         let (cache, key, ours) = (self.clone(), key.clone(), live.clone());
-        self.origins.spawn(async move {
+        // On the thread whose connection carries the response.
+        self.origins.spawn_here(async move {
             let mut response = response;
             let result = cache.pump(&mut response, &file, &tx).await;
             let written = tx.borrow().written;
