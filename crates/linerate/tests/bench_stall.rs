@@ -1,7 +1,7 @@
 //! `linerate bench` against a server that stalls on purpose: the bench must report
 //! timeouts and rebuffers and exit on time, never hang.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ fn serve(mut s: TcpStream, stall: Stall, served: &AtomicUsize) {
     let mut chunk = [0u8; 4096];
     loop {
         let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            match s.read(&mut chunk) {
+            match crate::common::read_some(&mut s, &mut chunk) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
@@ -115,7 +115,7 @@ fn serve(mut s: TcpStream, stall: Stall, served: &AtomicUsize) {
 /// Keeps the connection open without answering until the client goes away.
 fn hold(s: &mut TcpStream) {
     let mut sink = [0u8; 4096];
-    while let Ok(n) = s.read(&mut sink) {
+    while let Ok(n) = crate::common::read_some(s, &mut sink) {
         if n == 0 {
             break;
         }

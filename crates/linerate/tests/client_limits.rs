@@ -3,7 +3,7 @@
 //! Each server is started with `Server::spawn`, so the test harness's raised
 //! loopback limits are not added.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ fn request(s: &mut TcpStream) -> Option<u16> {
                 return Some(r.status);
             }
         }
-        match s.read(&mut buf) {
+        match common::read_some(s, &mut buf) {
             Ok(0) | Err(_) => return parse_response(&got).map(|r| r.status),
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
@@ -154,7 +154,7 @@ fn paced_download(to: SocketAddr, path: &str, bytes_per_sec: usize, limit: Durat
     while start.elapsed() < limit {
         let mut got = 0;
         while got < step {
-            match s.read(&mut buf[got..]) {
+            match common::read_some(&mut s, &mut buf[got..]) {
                 Ok(0) => return (total + got, true),
                 Ok(n) => got += n,
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
@@ -227,7 +227,7 @@ fn tls_responses_below_the_minimum_rate_are_cut() {
                 std::thread::sleep(
                     (start + Duration::from_millis(100 * step)).saturating_duration_since(Instant::now()),
                 );
-                match tls.read(&mut buf) {
+                match common::read_some(&mut tls, &mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => total += n,
                 }
@@ -238,7 +238,7 @@ fn tls_responses_below_the_minimum_rate_are_cut() {
         let mut rest = vec![0u8; 65536];
         let drain = Instant::now();
         loop {
-            match tls.read(&mut rest) {
+            match common::read_some(&mut tls, &mut rest) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => total += n,
             }

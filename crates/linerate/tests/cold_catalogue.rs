@@ -40,7 +40,7 @@ fn timed_get_on<S: Read + Write>(s: &mut S) -> Duration {
     let mut got = Vec::with_capacity(HOT_BYTES + 512);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = s.read(&mut buf).expect("hot read");
+        let n = common::read_some(s, &mut buf).expect("hot read");
         assert!(n > 0, "server closed the hot connection");
         got.extend_from_slice(&buf[..n]);
         if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -343,7 +343,7 @@ fn failed_and_late_fills_end_only_their_connections() {
         let mut got = Vec::new();
         let mut buf = vec![0u8; 65536];
         while got.windows(4).position(|w| w == b"\r\n\r\n").is_none_or(|h| got.len() < h + 4 + good.len()) {
-            let n = s.read(&mut buf).unwrap();
+            let n = common::read_some(s, &mut buf).unwrap();
             assert!(n > 0, "keep-alive connection closed");
             got.extend_from_slice(&buf[..n]);
         }
@@ -492,7 +492,7 @@ fn slow_viewer(
     let mut got = Vec::with_capacity((last - first + 1) as usize + 1024);
     let mut buf = vec![0u8; 32 << 10];
     loop {
-        let n = s.read(&mut buf).expect("slow viewer read");
+        let n = common::read_some(&mut s, &mut buf).expect("slow viewer read");
         if n == 0 {
             break;
         }

@@ -301,7 +301,6 @@ fn split_request_body_keeps_the_connection() {
 
 /// Reads from `sock` until `want` has arrived (or `limit` passes); returns what was read.
 fn read_until_contains(sock: &mut TcpStream, want: &[u8], limit: Duration) -> Vec<u8> {
-    use std::io::Read;
     let deadline = std::time::Instant::now() + limit;
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
@@ -311,7 +310,7 @@ fn read_until_contains(sock: &mut TcpStream, want: &[u8], limit: Duration) -> Ve
             break;
         }
         sock.set_read_timeout(Some(left)).unwrap();
-        match sock.read(&mut buf) {
+        match crate::common::read_some(sock, &mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
         }

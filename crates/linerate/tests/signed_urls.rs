@@ -3,7 +3,7 @@
 //! with no failed request; the token never in the server's log or access log; the
 //! metric per verdict.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -262,7 +262,7 @@ impl KeepAlive {
                 }
             }
             let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).unwrap();
+            let n = common::read_some(&mut self.stream, &mut chunk).unwrap();
             assert!(n > 0, "server closed the keep-alive connection");
             self.buf.extend_from_slice(&chunk[..n]);
         }

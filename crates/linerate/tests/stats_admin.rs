@@ -122,7 +122,7 @@ fn metrics_parse_and_name_the_contract() {
     let mut response = Vec::new();
     let mut buf = [0u8; 1024];
     while !response.ends_with(b"\r\n\r\nA") {
-        let n = kept.read(&mut buf).unwrap();
+        let n = common::read_some(&mut kept, &mut buf).unwrap();
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&response));
         response.extend_from_slice(&buf[..n]);
     }
@@ -303,7 +303,7 @@ fn admin_keeps_connections_alive() {
                     return (r.status, r.head.clone(), String::from_utf8_lossy(&r.body).into_owned());
                 }
             }
-            let n = conn.read(&mut buf).unwrap();
+            let n = common::read_some(conn, &mut buf).unwrap();
             assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
             got.extend_from_slice(&buf[..n]);
         }

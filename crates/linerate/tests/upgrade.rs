@@ -8,7 +8,7 @@
 //! (`PR_SET_CHILD_SUBREAPER`), so the old and new processes an upgrade leaves are
 //! collected here, by process group, rather than by init.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
@@ -381,7 +381,7 @@ fn a_failed_upgrade_leaves_the_old_server_serving() {
         let mut buf = vec![0u8; 4096];
         let mut got = Vec::new();
         while !got.ends_with(b"still here") {
-            let n = s.read(&mut buf).unwrap();
+            let n = common::read_some(s, &mut buf).unwrap();
             assert!(n > 0, "closed");
             got.extend_from_slice(&buf[..n]);
         }

@@ -384,17 +384,27 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<u8
     read_until_close(&mut s, limit)
 }
 
+/// `Read::read`, retried when interrupted. A read with a socket timeout
+/// (`SO_RCVTIMEO`) is not restarted after a signal handler runs in this process,
+/// whatever `SA_RESTART` says, nor after the process is stopped and continued, even
+/// without any handler (signal(7)). Unretried, that reads as a server fault.
+pub fn read_some<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 pub fn read_until_close(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
     let deadline = Instant::now() + limit;
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     while Instant::now() < deadline {
-        match s.read(&mut buf) {
+        match read_some(s, &mut buf) {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
-            // A read with a socket timeout is not restarted after a signal handler
-            // runs in this process, whatever SA_RESTART says (signal(7)).
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => break,
             Err(_) => break,
         }

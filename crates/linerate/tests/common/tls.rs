@@ -1,6 +1,6 @@
 //! A test certificate authority and a rustls client, for the HTTPS tests.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ pub fn exchange(tls: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStrea
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
     loop {
-        match tls.read(&mut buf) {
+        match super::read_some(tls, &mut buf) {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
