@@ -637,10 +637,13 @@ fn tls_server(
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
             let mut byte = [0u8; 1];
-            if tls.read(&mut byte)? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            match tls.read(&mut byte) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(_) => head.push(byte[0]),
+                // A timed read is not restarted after a stop and continue (signal(7)).
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            head.push(byte[0]);
         }
         tls.write_all(&ok(&body))?;
         tls.conn.send_close_notify();
