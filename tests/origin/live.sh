@@ -98,14 +98,17 @@ hlsjs_page() {
 <script src="hls.min.js"></script>
 <script>
 const v = document.getElementById("v");
-const s = { started: false, waiting: 0, fatal: null, errors: [] };
+const s = { started: false, stalled: false, waiting: 0, fatal: null, errors: [] };
 const hls = new Hls();
 hls.on(Hls.Events.ERROR, (_, d) => {
     if (d.fatal) s.fatal = d.details;
     if (s.errors.length < 10) s.errors.push(d.details);
 });
-v.addEventListener("playing", () => { s.started = true; });
-v.addEventListener("waiting", () => { if (s.started) s.waiting++; });
+// A rebuffer is playback stopping for want of data once it has started: the first
+// `waiting` after `playing`. More `waiting` events before it plays again (the
+// player nudging the playhead over a gap) are the same rebuffer.
+v.addEventListener("playing", () => { s.started = true; s.stalled = false; });
+v.addEventListener("waiting", () => { if (s.started && !s.stalled) s.waiting++; s.stalled = true; });
 hls.loadSource("@SOURCE@");
 hls.attachMedia(v);
 hls.on(Hls.Events.MANIFEST_PARSED, () => v.play());

@@ -6,7 +6,8 @@
     live_player.py PAGE_URL SECONDS
 
 Prints one JSON object: whether it started and when, media time played against
-wall time since it started playing, rebuffers (`waiting` events once playing),
+wall time since it started playing, rebuffers (playback stopping for want of data
+once playing: the page counts the first `waiting` after each `playing`),
 hls.js errors (fatal ones apart), and the live latency hls.js estimates (seconds
 behind the live edge) p50/max over the samples. chromedriver runs in a process
 group of its own, killed with Chromium on every exit path.
