@@ -28,7 +28,9 @@
 #            with a HEAD before it plays, which on a cold cache fills the first slice
 #            of every title (nginx turns a HEAD into a GET of the slice): those origin
 #            bytes are reported apart ("discovery MB") and left out of the ratios,
-#            which count what the origin logged once viewers played. The cache
+#            which count the origin requests that began once viewers played (by
+#            their start, the log's time less their duration: a server that answers
+#            a HEAD before its slice is in may still be filling it then). The cache
 #            directory's size on disk (`du`, every half second while viewers play:
 #            mean and peak MB) is reported beside it: a server that goes over its
 #            limit between two passes of its eviction holds more than it was given.
@@ -336,6 +338,11 @@ run_bench() {
     fi
 }
 
+# origin_bytes_begun SINCE: the body bytes of the origin's requests that began at SINCE
+# (epoch seconds) or later. The origin logs a request when it ends ($msec), with its
+# duration ($request_time, the sixth field).
+origin_bytes_begun() { awk -F'\t' -v t="$1" '$1 - $6 >= t { n += $4 } END { printf "%.0f\n", n }' "$ORIGIN_LOG"; }
+
 # keep_access_log SERVER: linerate's access log of the run just stopped kept as --access-log.
 keep_access_log() {
     if [ -n "$access_log" ] && [ "$1" = linerate ]; then
@@ -403,7 +410,7 @@ run_tail() { # SERVER
     local t_play
     t_play=$(cat "$work/play-start")
     [ -n "$t_play" ] || { echo "the tail's sessions never connected" >&2; exit 1; }
-    python3 - "$work/tail.json" "$s" "$(origin_bytes "" "$t_play")" "$(origin_bytes)" "$ticks" "$clk" \
+    python3 - "$work/tail.json" "$s" "$(origin_bytes_begun "$t_play")" "$(origin_bytes)" "$ticks" "$clk" \
         "$work/disk" "$t_play" "$(cache_of "$s")" "$rss_kb" >> "$work/res-tail" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
