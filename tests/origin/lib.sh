@@ -339,9 +339,9 @@ _origin_wait_gen() {
     _origin_fail "nginx does not answer with configuration $origin_gen"
 }
 
-_origin_proxy() { # NAME UPSTREAM: a Toxiproxy proxy on a free port with the WAN delay; prints its port
+_origin_proxy() { # NAME UPSTREAM [PORT]: a Toxiproxy proxy on PORT (a free one by default) with the WAN delay; prints its port
     local out listen s
-    out=$(_origin_api POST /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"$2\",\"enabled\":true}") ||
+    out=$(_origin_api POST /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:${3:-0}\",\"upstream\":\"$2\",\"enabled\":true}") ||
         { _origin_fail "Toxiproxy refused the proxy $1"; return 1; }
     listen=$(_origin_json listen <<< "$out")
     if [ "${ORIGIN_DELAY_MS:-10}" != 0 ]; then
@@ -408,6 +408,26 @@ origin_up() {
 
     export ORIGIN_URL="http://127.0.0.1:$port/" ORIGIN_DIRECT_URL="http://$ORIGIN_IP/"
     export ORIGIN_LIAR_URL="http://127.0.0.1:$liar_port/" ORIGIN_LOG ORIGIN_ROOT ORIGIN_NS
+}
+
+# origin_wan_restart: Toxiproxy killed and started again on its API port, with the two
+# proxies on their ports, the WAN delay and no other toxic. For a rig whose Toxiproxy
+# stopped passing requests: it can hang removing a toxic from a link whose other end
+# has just broken (Shopify/toxiproxy#412), and the test then goes on with a WAN that
+# works again instead of blaming linerate for the rig.
+origin_wan_restart() {
+    [ -n "$origin_dir" ] || { _origin_fail "not up"; return 1; }
+    local port=${ORIGIN_URL%/} liar_port=${ORIGIN_LIAR_URL%/} i
+    port=${port##*:} liar_port=${liar_port##*:}
+    { kill -KILL "$origin_toxiproxy_pid"; wait "$origin_toxiproxy_pid"; } 2>/dev/null || true
+    LOG_LEVEL=warn "$TOXIPROXY_SERVER" -host 127.0.0.1 -port "$origin_api_port" >> "$origin_dir/toxiproxy.log" 2>&1 &
+    origin_toxiproxy_pid=$!
+    origin_pids+=("$origin_toxiproxy_pid")
+    for i in $(seq 1 100); do
+        _origin_api GET /version > /dev/null 2>&1 && break
+        sleep 0.05
+    done
+    _origin_proxy origin "$ORIGIN_IP:80" "$port" > /dev/null && _origin_proxy liar "$ORIGIN_IP:8080" "$liar_port" > /dev/null
 }
 
 origin_writer() { # PID: stopped (and waited for) by origin_down before the catalogue goes
