@@ -338,11 +338,6 @@ run_bench() {
     fi
 }
 
-# origin_bytes_begun SINCE: the body bytes of the origin's requests that began at SINCE
-# (epoch seconds) or later. The origin logs a request when it ends ($msec), with its
-# duration ($request_time, the sixth field).
-origin_bytes_begun() { awk -F'\t' -v t="$1" '$1 - $6 >= t { n += $4 } END { printf "%.0f\n", n }' "$ORIGIN_LOG"; }
-
 # keep_access_log SERVER: linerate's access log of the run just stopped kept as --access-log.
 keep_access_log() {
     if [ -n "$access_log" ] && [ "$1" = linerate ]; then

@@ -354,6 +354,22 @@ _origin_proxy() { # NAME UPSTREAM [PORT]: a Toxiproxy proxy on PORT (a free one 
     echo "${listen##*:}"
 }
 
+# _origin_toxiproxy_start: Toxiproxy started on $origin_api_port; up to 5 s for its API
+# to answer. Fails (with the server stopped) if it does not, or if it exits first.
+_origin_toxiproxy_start() {
+    local i
+    LOG_LEVEL=warn "$TOXIPROXY_SERVER" -host 127.0.0.1 -port "$origin_api_port" >> "$origin_dir/toxiproxy.log" 2>&1 &
+    origin_toxiproxy_pid=$!
+    origin_pids+=("$origin_toxiproxy_pid")
+    for i in $(seq 1 100); do
+        _origin_api GET /version > /dev/null 2>&1 && return 0
+        kill -0 "$origin_toxiproxy_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill "$origin_toxiproxy_pid" 2>/dev/null || true
+    return 1
+}
+
 origin_up() {
     [ -z "$origin_dir" ] || { _origin_fail "already up (origin_down first)"; return 1; }
     [ "$(id -u)" = 0 ] || { _origin_fail "needs root (a network namespace, a veth pair, qdiscs)"; return 1; }
@@ -392,15 +408,7 @@ origin_up() {
     # tried again).
     for t in 1 2 3; do
         origin_api_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-        LOG_LEVEL=warn "$TOXIPROXY_SERVER" -host 127.0.0.1 -port "$origin_api_port" > "$origin_dir/toxiproxy.log" 2>&1 &
-        origin_toxiproxy_pid=$!
-        origin_pids+=("$origin_toxiproxy_pid")
-        for i in $(seq 1 100); do
-            _origin_api GET /version > /dev/null 2>&1 && break 2
-            kill -0 "$origin_toxiproxy_pid" 2>/dev/null || break
-            sleep 0.05
-        done
-        kill "$origin_toxiproxy_pid" 2>/dev/null || true
+        _origin_toxiproxy_start && break
     done
     _origin_api GET /version > /dev/null 2>&1 || { tail -5 "$origin_dir/toxiproxy.log" >&2; _origin_fail "Toxiproxy did not start"; return 1; }
     port=$(_origin_proxy origin "$ORIGIN_IP:80") || return 1
@@ -417,16 +425,10 @@ origin_up() {
 # works again instead of blaming linerate for the rig.
 origin_wan_restart() {
     [ -n "$origin_dir" ] || { _origin_fail "not up"; return 1; }
-    local port=${ORIGIN_URL%/} liar_port=${ORIGIN_LIAR_URL%/} i
+    local port=${ORIGIN_URL%/} liar_port=${ORIGIN_LIAR_URL%/}
     port=${port##*:} liar_port=${liar_port##*:}
     { kill -KILL "$origin_toxiproxy_pid"; wait "$origin_toxiproxy_pid"; } 2>/dev/null || true
-    LOG_LEVEL=warn "$TOXIPROXY_SERVER" -host 127.0.0.1 -port "$origin_api_port" >> "$origin_dir/toxiproxy.log" 2>&1 &
-    origin_toxiproxy_pid=$!
-    origin_pids+=("$origin_toxiproxy_pid")
-    for i in $(seq 1 100); do
-        _origin_api GET /version > /dev/null 2>&1 && break
-        sleep 0.05
-    done
+    _origin_toxiproxy_start || { tail -5 "$origin_dir/toxiproxy.log" >&2; _origin_fail "Toxiproxy did not start again"; return 1; }
     _origin_proxy origin "$ORIGIN_IP:80" "$port" > /dev/null && _origin_proxy liar "$ORIGIN_IP:8080" "$liar_port" > /dev/null
 }
 
@@ -555,6 +557,10 @@ _origin_log() { # SUBSTRING SINCE: the log's lines that match
 }
 origin_requests() { _origin_log "${1:-}" "${2:-0}" | awk 'END { print NR }'; }
 origin_bytes() { _origin_log "${1:-}" "${2:-0}" | awk -F'\t' '{ n += $4 } END { printf "%.0f\n", n }'; }
+# origin_bytes_begun SINCE: the body bytes of the origin's requests that began at SINCE
+# (epoch seconds) or later. The origin logs a request when it ends (its time, the first
+# field), with its duration ($request_time, the sixth field).
+origin_bytes_begun() { awk -F'\t' -v t="$1" '$1 - $6 >= t { n += $4 } END { printf "%.0f\n", n }' "$ORIGIN_LOG"; }
 origin_connections() { _origin_log "${1:-}" "${2:-0}" | awk -F'\t' '!seen[$7]++ { n++ } END { print n + 0 }'; }
 origin_ranges() {
     awk -F'\t' -v p="$1" '{ split($2, r, " "); u = r[2]; sub(/\?.*/, "", u) } u == p { print $5 }' "$ORIGIN_LOG"
