@@ -23,7 +23,7 @@
 #            per GB served.
 #   tail     a Zipf(1) catalogue of 4 x --cache-mib in titles of --title-mib, played
 #            by --tail-sessions paced viewers (5 Mb/s, started --tail-ramp a second)
-#            for --duration s: byte hit ratio (1 - origin bytes / served bytes),
+#            for --tail-duration s: byte hit ratio (1 - origin bytes / served bytes),
 #            origin bytes per served byte, Gb/s, rebuffers. The bench sizes each title
 #            with a HEAD before it plays, which on a cold cache fills the first slice
 #            of every title (nginx turns a HEAD into a GET of the slice): those origin
@@ -34,6 +34,12 @@
 #            directory's size on disk (`du`, every half second while viewers play:
 #            mean and peak MB) is reported beside it: a server that goes over its
 #            limit between two passes of its eviction holds more than it was given.
+#            Five minutes by default: at this miss rate the cache's contents turn
+#            over in about 25 s, and the first minute is the warm-up (a cache full of
+#            the HEADs' first slices, emptied and refilled by the first plays), where
+#            a server that holds more than its limit between passes gains most. The
+#            steady state after it is what a cache in front of a catalogue lives in;
+#            `--tail-duration 60` measures the first minute alone.
 #   restart  the cache filled with --restart-slices objects of 4 KiB, each one slice,
 #            by 32 keep-alive clients; slices of 64 KiB (the least linerate takes)
 #            for both servers. Tiny objects on purpose: what a restart costs grows
@@ -110,13 +116,13 @@
 # Usage: bench/origin.sh [--quick] [--servers "linerate nginx ats varnish"] [--workloads "flash tail
 #          restart hits"] [--rounds N] [--slice-mib 1|2|4|8] [--cache-mib M]
 #          [--title-mib M] [--duration S] [--flash-sessions N] [--flash-mib M]
-#          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N]
+#          [--flash-duration S] [--tail-sessions N] [--tail-ramp N] [--tail-titles N] [--tail-duration S]
 #          [--hits-sessions N] [--nginx-cache-mib M] [--access-log FILE]
 #          [--restart-slices N] [--rate RATE] [--delay-ms MS] [--workers N] [--dir DIR]
 #          [--out PATH] [--bin PATH] [--linerate-origin "KEY = VALUE"]
 #   defaults: linerate and nginx, 3 rounds, 4 MiB slices, a 1024 MiB cache, 16 MiB titles (the tail: 256
-#             of them), 60 s runs, 500 flash viewers of a 16 MiB title for 30 s, 200
-#             tail viewers started 40 a second, 32 hits sessions, 100,000 restart
+#             of them), 60 s hits runs, 500 flash viewers of a 16 MiB title for 30 s, 200
+#             tail viewers started 40 a second for 300 s, 32 hits sessions, 100,000 restart
 #             slices, the origin at 1gbit (tc's units) and 10 ms each way, 2 workers,
 #             the catalogue in /var/tmp/linerate-origin, results in
 #             target/bench-origin.md and .json.
@@ -131,7 +137,7 @@
 #   --nginx-cache-mib  nginx's max_size (default: --cache-mib), to compare the two at
 #             the same size on disk rather than the same setting (see the tail's
 #             disk columns).
-#   --quick   one round, a 64 MiB cache (tail: 16 titles), 5 s runs, an 8 MiB flash
+#   --quick   one round, a 64 MiB cache (tail: 16 titles), 5 s tail and hits runs, an 8 MiB flash
 #             title for 8 s (still 500 viewers), 40 tail viewers, 16 hits sessions,
 #             2,000 restart slices: a smoke run (about a minute per server) that
 #             fails on any error of linerate or nginx (ATS's and Varnish's errors
@@ -155,13 +161,13 @@ cd "$(dirname "$0")/.."
 
 servers="linerate nginx" workloads="flash tail restart hits" rounds=3 slice_mib=4 workers=2
 rate=1gbit delay_ms=10 cache_mib=1024 title_mib=16 duration=60
-flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 hits_sessions=32
+flash_sessions=500 flash_mib=16 flash_duration=30 tail_sessions=200 tail_ramp=40 tail_duration=300 hits_sessions=32
 restart_slices=100000 dir=/var/tmp/linerate-origin out=target/bench-origin bin="" quick=0 tail_titles="" nginx_cache_mib="" access_log="" linerate_origin=""
-parse_flags 2,143 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 \
+parse_flags 2,155 "--quick:quick=1 rounds=1 cache_mib=64 duration=5 flash_mib=8 flash_duration=8 tail_sessions=40 tail_duration=5 \
         hits_sessions=16 restart_slices=2000" \
     --servers=servers --workloads=workloads --rounds=rounds --slice-mib=slice_mib --cache-mib=cache_mib \
     --title-mib=title_mib --duration=duration --flash-sessions=flash_sessions --flash-mib=flash_mib \
-    --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles \
+    --flash-duration=flash_duration --tail-sessions=tail_sessions --tail-ramp=tail_ramp --tail-titles=tail_titles --tail-duration=tail_duration \
     --hits-sessions=hits_sessions --nginx-cache-mib=nginx_cache_mib --access-log=access_log --restart-slices=restart_slices --rate=rate --delay-ms=delay_ms \
     --workers=workers --dir=dir --out=out --bin=bin --linerate-origin=linerate_origin -- "$@"
 [ "$quick" -eq 1 ] && dir="$dir-quick"
@@ -384,7 +390,7 @@ run_tail() { # SERVER
     origin_log_clear
     # When the sessions start, after the bench's HEADs (see the header).
     local port=${base##*:}
-    python3 tests/origin/probe.py play-start "${port%/}" --timeout $((duration + 600)) > "$work/play-start" &
+    python3 tests/origin/probe.py play-start "${port%/}" --timeout $((tail_duration + 600)) > "$work/play-start" &
     local watcher=$!
     pids+=("$watcher")
     # The cache directory's size on disk, with the time of each reading.
@@ -396,7 +402,7 @@ run_tail() { # SERVER
     local sampler=$!
     pids+=("$sampler")
     run_bench "$work/tail.json" --files "$tail_files" --sessions "$tail_sessions" --ramp "$tail_ramp" \
-        --duration "$duration" --bitrate-mbps 5 --startup-segments 3 --zipf 1 || exit 1
+        --duration "$tail_duration" --bitrate-mbps 5 --startup-segments 3 --zipf 1 || exit 1
     kill "$watcher" "$sampler" 2>/dev/null || true
     wait "$watcher" "$sampler" 2>/dev/null || true
     origin_settle
@@ -528,7 +534,7 @@ if has "$servers" linerate; then linerate_ready || exit 1; fi
 {
     echo "Origin fill: servers $servers; workloads $workloads; $rounds round(s)"
     echo "origin: $rate, ${delay_ms} ms each way (Toxiproxy $ORIGIN_TOXIPROXY_VERSION, tbf); cache $cache_mib MiB, slices $slice_mib MiB; $workers server workers${linerate_origin:+; linerate: $linerate_origin}"
-    echo "flash: $flash_sessions viewers of one $flash_mib MiB title for ${flash_duration} s; tail: $tail_sessions viewers, $tail_titles titles of $title_mib MiB (Zipf 1) for ${duration} s; restart: $restart_slices slices of 4 KiB objects (64 KiB slices); hits: $hits_sessions closed-loop sessions over $hot_titles titles for ${duration} s"
+    echo "flash: $flash_sessions viewers of one $flash_mib MiB title for ${flash_duration} s; tail: $tail_sessions viewers, $tail_titles titles of $title_mib MiB (Zipf 1) for ${tail_duration} s; restart: $restart_slices slices of 4 KiB objects (64 KiB slices); hits: $hits_sessions closed-loop sessions over $hot_titles titles for ${duration} s"
     echo "host: $(nproc) CPUs, $(uname -r), $(nginx -v 2>&1 | sed 's/.*: //'), $("$bin" --version 2>/dev/null || echo linerate)"
 } | tee "$work/setup"
 for round in $(seq 1 "$rounds"); do
