@@ -35,7 +35,7 @@
 #            mean and peak MB) is reported beside it: a server that goes over its
 #            limit between two passes of its eviction holds more than it was given.
 #            Five minutes by default: at this miss rate the cache's contents turn
-#            over in about 25 s, and the first minute is the warm-up (a cache full of
+#            over every 25-30 s, and the first minute is the warm-up (a cache full of
 #            the HEADs' first slices, emptied and refilled by the first plays), where
 #            a server that holds more than its limit between passes gains most. The
 #            steady state after it is what a cache in front of a catalogue lives in;
